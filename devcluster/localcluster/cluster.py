@@ -1,0 +1,270 @@
+"""Start, reuse, inspect and stop the local cluster.
+
+`up` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+the process runtime (which registers the simulated nodes and publishes their
+ResourceSlices), waits until each is healthy and writes the kubeconfig. A
+second `up` reuses a healthy running cluster. `down` stops everything the
+cluster started, pod processes included, and frees the ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import components, procs
+from .certs import PKI, ensure_pki
+from .components import Ports
+from .kubeapi import KubeAPI
+from .paths import SHAPES_DIR, ClusterPaths
+from .shapes import Shape, build_slices, load_shape
+
+DEFAULT_PORT_BASE = 16443
+ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "runtime")
+
+
+class ClusterError(RuntimeError):
+    """A problem a person can act on; printed as one line, never a traceback."""
+
+
+@dataclass
+class State:
+    shape: str
+    server: str
+    ports: dict[str, int]
+    pids: dict[str, int]
+    started: float
+
+    @classmethod
+    def load(cls, path: Path) -> State | None:
+        try:
+            d = json.loads(path.read_text())
+            return cls(d["shape"], d["server"], d["ports"], d["pids"], d["started"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.__dict__, indent=2))
+        tmp.replace(path)
+
+
+def say(msg: str) -> None:
+    print(f"devcluster: {msg}", flush=True)
+
+
+@contextlib.contextmanager
+def _locked(paths: ClusterPaths) -> Iterator[None]:
+    paths.root.mkdir(parents=True, exist_ok=True)
+    with open(paths.lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _http_ok(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=timeout) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _admin_ctx(pki: PKI) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki.ca_crt))
+    ctx.load_cert_chain(str(pki.admin_crt), str(pki.admin_key))
+    return ctx
+
+
+def _insecure_ctx() -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def healthy(paths: ClusterPaths, state: State | None = None) -> bool:
+    state = state or State.load(paths.state)
+    if state is None:
+        return False
+    if not all(procs.alive(p) for p in state.pids.values()):
+        return False
+    return _http_ok(state.server + "/readyz", _admin_ctx(PKI(paths.pki)))
+
+
+def _wait(name: str, pid: int, check: Callable[[], bool], log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if not procs.alive(pid):
+            raise ClusterError(
+                f"{name} exited during start-up; see {log} (last lines: {procs.last_lines(log)})"
+            )
+        time.sleep(0.2)
+    raise ClusterError(f"{name} did not become ready within {timeout:.0f}s; see {log}")
+
+
+def _python_env(paths: ClusterPaths) -> dict[str, str]:
+    env = dict(os.environ)
+    root = paths.root
+    extra = [str(Path(__file__).resolve().parents[1])]
+    env["PYTHONPATH"] = os.pathsep.join([*extra, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["DEVCLUSTER_DIR"] = str(root)
+    return env
+
+
+def up(shape_name: str, port_base: int | None = None, paths: ClusterPaths | None = None,
+       timeout: float = 120.0) -> State:
+    paths = paths or ClusterPaths.default()
+    shape = load_shape(shape_name, SHAPES_DIR)
+    with _locked(paths):
+        state = State.load(paths.state)
+        if state and healthy(paths, state):
+            if state.shape != shape.name:
+                raise ClusterError(
+                    f"a cluster with shape '{state.shape}' is already running; "
+                    f"run 'make cluster-down' first to start shape '{shape.name}'"
+                )
+            say(f"reusing the running cluster (shape {state.shape}) at {state.server}")
+            return state
+        if state or procs.owned_pids(paths.root):
+            say("cleaning up a previous cluster that is no longer healthy")
+            _stop(paths, state)
+        return _start(shape, paths, port_base or int(os.environ.get("DEVCLUSTER_PORT_BASE", DEFAULT_PORT_BASE)),
+                      timeout)
+
+
+def _check_binaries(paths: ClusterPaths) -> None:
+    missing = [b for b in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+               if not (paths.bin / b).exists()]
+    if missing:
+        raise ClusterError(
+            f"missing binaries {', '.join(missing)} in {paths.bin}; build them with 'make devcluster-build'"
+        )
+
+
+def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) -> State:
+    _check_binaries(paths)
+    ports = Ports.from_base(port_base)
+    for name, port in ports.named().items():
+        if not procs.port_free(port):
+            raise ClusterError(
+                f"port {port} (for {name}) on 127.0.0.1 is in use by another program; "
+                f"stop it or choose other ports with DEVCLUSTER_PORT_BASE=<n> (uses n..n+4)"
+            )
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(paths.etcd_data, ignore_errors=True)
+    shutil.rmtree(paths.pods, ignore_errors=True)
+    pki = ensure_pki(paths.pki)
+    server = f"https://127.0.0.1:{ports.apiserver}"
+    paths.kubeconfig.write_text(components.kubeconfig_yaml(server, pki))
+    paths.kubeconfig.chmod(0o600)
+    pids: dict[str, int] = {}
+    state = State(shape.name, server, ports.__dict__, pids, time.time())
+    t0 = time.monotonic()
+    try:
+        say(f"starting shape '{shape.name}': {len(shape.nodes)} node(s), {shape.gpu_count} GPU(s)")
+        log = paths.log("etcd")
+        pids["etcd"] = procs.spawn(components.etcd_cmd(paths, ports), log, paths.root)
+        _wait("etcd", pids["etcd"], lambda: _http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"),
+              log, timeout)
+        log = paths.log("kube-apiserver")
+        pids["kube-apiserver"] = procs.spawn(components.apiserver_cmd(paths, pki, ports), log, paths.root)
+        ctx = _admin_ctx(pki)
+        _wait("kube-apiserver", pids["kube-apiserver"], lambda: _http_ok(server + "/readyz", ctx), log, timeout)
+        say(f"kube-apiserver ready at {server} ({time.monotonic() - t0:.1f}s)")
+        for name, cmd, port in (
+            ("kube-controller-manager", components.controller_manager_cmd(paths, pki, ports),
+             ports.controller_manager),
+            ("kube-scheduler", components.scheduler_cmd(paths, ports), ports.scheduler),
+        ):
+            pids[name] = procs.spawn(cmd, paths.log(name), paths.root)
+        for name, port in (("kube-controller-manager", ports.controller_manager),
+                           ("kube-scheduler", ports.scheduler)):
+            url = f"https://127.0.0.1:{port}/healthz"
+            _wait(name, pids[name], lambda u=url: _http_ok(u, _insecure_ctx()), paths.log(name), timeout)
+        log = paths.log("runtime")
+        cmd = [sys.executable, "-m", "localcluster.runtime", "--shape", shape.name,
+               "--kubeconfig", str(paths.kubeconfig)]
+        pids["runtime"] = procs.spawn(cmd, log, paths.root, env=_python_env(paths))
+        api = KubeAPI.from_kubeconfig(paths.kubeconfig)
+        _wait("runtime (simulated nodes)", pids["runtime"], lambda: _nodes_published(api, shape), log, timeout)
+        state.save(paths.state)
+        say(f"cluster ready in {time.monotonic() - t0:.1f}s")
+        return state
+    except BaseException:
+        procs.terminate([pids[n] for n in reversed(ORDER) if n in pids])
+        raise
+
+
+def _nodes_published(api: KubeAPI, shape: Shape) -> bool:
+    try:
+        nodes = api.list("Node", label_selector="devcluster.gpusessions.io/node=true")["items"]
+        ready = {
+            n["metadata"]["name"]
+            for n in nodes
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+        }
+        if not {n.name for n in shape.nodes} <= ready:
+            return False
+        want = sum(len(build_slices(n)) for n in shape.nodes)
+        have = len(api.list("ResourceSlice", label_selector="app.kubernetes.io/managed-by=devcluster")["items"])
+        return have >= want
+    except Exception:
+        return False
+
+
+def _stop(paths: ClusterPaths, state: State | None) -> None:
+    ordered = [state.pids[n] for n in reversed(ORDER) if state and n in state.pids]
+    procs.terminate(ordered)
+    # Anything else this cluster started (pod processes, strays of a lost state).
+    procs.terminate(procs.owned_pids(paths.root), timeout=5)
+    with contextlib.suppress(FileNotFoundError):
+        paths.state.unlink()
+
+
+def down(paths: ClusterPaths | None = None) -> bool:
+    """Stop the cluster; True if something was running."""
+    paths = paths or ClusterPaths.default()
+    with _locked(paths):
+        state = State.load(paths.state)
+        running = bool(state) or bool(procs.owned_pids(paths.root))
+        _stop(paths, state)
+        if state:
+            busy = [f"{n}:{p}" for n, p in state.ports.items() if not procs.port_free(p)]
+            if busy:
+                time.sleep(1)
+                busy = [f"{n}:{p}" for n, p in state.ports.items() if not procs.port_free(p)]
+            if busy:
+                raise ClusterError(f"stopped the cluster, but ports are still busy: {', '.join(busy)}")
+        return running
+
+
+def status(paths: ClusterPaths | None = None) -> dict[str, Any]:
+    paths = paths or ClusterPaths.default()
+    state = State.load(paths.state)
+    if not state:
+        return {"running": False}
+    return {
+        "running": healthy(paths, state),
+        "shape": state.shape,
+        "server": state.server,
+        "kubeconfig": str(paths.kubeconfig),
+        "components": {n: procs.alive(p) for n, p in state.pids.items()},
+        "logs": str(paths.logs),
+    }

@@ -1,0 +1,134 @@
+"""Command lines of the control-plane components (pure: no processes started here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .certs import PKI
+from .paths import ClusterPaths
+
+# Feature gates 1.35 needs beyond its defaults: partitionable devices (counter
+# sets, KEP-4815) is alpha and off in 1.35. DRA itself, prioritized lists
+# (firstAvailable) and the v1 API are on by default.
+FEATURE_GATES = "DRAPartitionableDevices=true"
+CONTROLLERS = (
+    "resourceclaim-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+)
+
+
+@dataclass(frozen=True)
+class Ports:
+    apiserver: int
+    etcd_client: int
+    etcd_peer: int
+    scheduler: int
+    controller_manager: int
+
+    @classmethod
+    def from_base(cls, base: int) -> Ports:
+        return cls(base, base + 1, base + 2, base + 3, base + 4)
+
+    def named(self) -> dict[str, int]:
+        return {
+            "kube-apiserver": self.apiserver,
+            "etcd (client)": self.etcd_client,
+            "etcd (peer)": self.etcd_peer,
+            "kube-scheduler": self.scheduler,
+            "kube-controller-manager": self.controller_manager,
+        }
+
+
+def etcd_cmd(paths: ClusterPaths, ports: Ports) -> list[str]:
+    return [
+        str(paths.bin / "etcd"),
+        f"--data-dir={paths.etcd_data}",
+        f"--listen-client-url=http://127.0.0.1:{ports.etcd_client}",
+        f"--listen-peer-url=http://127.0.0.1:{ports.etcd_peer}",
+    ]
+
+
+def apiserver_cmd(paths: ClusterPaths, pki: PKI, ports: Ports) -> list[str]:
+    return [
+        str(paths.bin / "kube-apiserver"),
+        f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={ports.apiserver}",
+        f"--tls-cert-file={pki.server_crt}",
+        f"--tls-private-key-file={pki.server_key}",
+        f"--client-ca-file={pki.ca_crt}",
+        f"--service-account-key-file={pki.sa_pub}",
+        f"--service-account-signing-key-file={pki.sa_key}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        "--api-audiences=https://kubernetes.default.svc.cluster.local",
+        # Allocated only; nothing routes to it (no kube-proxy).
+        "--service-cluster-ip-range=10.96.0.0/16",
+        "--endpoint-reconciler-type=none",
+        "--authorization-mode=RBAC",
+        "--anonymous-auth=false",
+        "--allow-privileged=true",
+        # The not-ready taint is removed by the node lifecycle controller,
+        # which the devcluster does not run: never add it.
+        "--disable-admission-plugins=TaintNodesByCondition",
+        f"--feature-gates={FEATURE_GATES}",
+        "--profiling=false",
+        "--max-requests-inflight=1000",
+        "--max-mutating-requests-inflight=500",
+        "--event-ttl=30m",
+        "--v=1",
+    ]
+
+
+def _component_common(paths: ClusterPaths, port: int, name: str) -> list[str]:
+    return [
+        f"--kubeconfig={paths.kubeconfig}",
+        f"--authentication-kubeconfig={paths.kubeconfig}",
+        f"--authorization-kubeconfig={paths.kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={paths.root / 'certs' / name}",
+        "--leader-elect=false",
+        f"--feature-gates={FEATURE_GATES}",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def scheduler_cmd(paths: ClusterPaths, ports: Ports) -> list[str]:
+    return [str(paths.bin / "kube-scheduler"), *_component_common(paths, ports.scheduler, "kube-scheduler")]
+
+
+def controller_manager_cmd(paths: ClusterPaths, pki: PKI, ports: Ports) -> list[str]:
+    return [
+        str(paths.bin / "kube-controller-manager"),
+        *_component_common(paths, ports.controller_manager, "kube-controller-manager"),
+        f"--controllers={','.join(CONTROLLERS)}",
+        f"--root-ca-file={pki.ca_crt}",
+        "--use-service-account-credentials=false",
+        "--concurrent-gc-syncs=5",
+    ]
+
+
+def kubeconfig_yaml(server: str, pki: PKI, user: str = "devcluster-admin") -> str:
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: devcluster
+  cluster:
+    server: {server}
+    certificate-authority: {pki.ca_crt}
+users:
+- name: {user}
+  user:
+    client-certificate: {pki.admin_crt}
+    client-key: {pki.admin_key}
+contexts:
+- name: devcluster
+  context:
+    cluster: devcluster
+    user: {user}
+current-context: devcluster
+"""

@@ -1,0 +1,176 @@
+"""Pure helpers that read a Pod (dict) the way a kubelet would.
+
+Which program a container image maps to, the container's argv and
+environment, which claims feed NVIDIA_VISIBLE_DEVICES, and the pod status the
+runtime reports. Nothing here talks to the API or starts processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Obj = dict[str, Any]
+
+# Modes: what the runtime does for a container, chosen from its image.
+SINGLEUSER = "singleuser"  # run jupyterhub-singleuser (the notebook server)
+HOLDER = "holder"  # run the GPU agent (or an idle process) for holder pods
+EXEC = "exec"  # run the container's command and args as given (test image)
+NONE = "none"  # no process: only report the container as running
+
+EXEC_IMAGE_PREFIX = "localcluster/exec"
+_STACKS_WRAPPERS = {"tini", "start.sh", "start-notebook.sh", "start-notebook.py", "start-singleuser.sh",
+                    "start-singleuser.py", "/usr/local/bin/start-notebook.sh",
+                    "/usr/local/bin/start-singleuser.sh", "--", "-g"}
+
+
+def image_mode(image: str) -> str:
+    if image.startswith(EXEC_IMAGE_PREFIX):
+        return EXEC
+    last = image.rsplit("/", 1)[-1]
+    last = re.split(r"[:@]", last, maxsplit=1)[0]
+    if "singleuser" in last or last.endswith("-notebook"):
+        return SINGLEUSER
+    if last.startswith(("gpusessions-holder", "gpusessions-agent")):
+        return HOLDER
+    return NONE
+
+
+def container_argv(container: Obj, mode: str, holder_argv: list[str], as_root: bool) -> list[str]:
+    cmd = list(container.get("command") or []) + list(container.get("args") or [])
+    if mode == SINGLEUSER:
+        while cmd and cmd[0] in _STACKS_WRAPPERS:
+            cmd = cmd[1:]
+        if not cmd or cmd[0].startswith("-"):
+            cmd = ["jupyterhub-singleuser", *cmd]
+        if as_root:
+            cmd.append("--ServerApp.allow_root=True")
+        return cmd
+    if mode == HOLDER:
+        return [*holder_argv, *list(container.get("args") or [])]
+    if mode == EXEC:
+        return cmd
+    return []
+
+
+def _field(pod: Obj, path: str, pod_ip: str, host_ip: str) -> str:
+    md = pod["metadata"]
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+    if m:
+        return str(md.get(m.group(1), {}).get(m.group(2), ""))
+    table = {
+        "metadata.name": md.get("name", ""),
+        "metadata.namespace": md.get("namespace", ""),
+        "metadata.uid": md.get("uid", ""),
+        "spec.nodeName": pod["spec"].get("nodeName", ""),
+        "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
+        "status.podIP": pod_ip,
+        "status.hostIP": host_ip,
+    }
+    return str(table.get(path, ""))
+
+
+def container_env(
+    pod: Obj,
+    container: Obj,
+    pod_ip: str,
+    host_ip: str,
+    lookup: Callable[[str, str, str], dict[str, str] | None],
+) -> dict[str, str]:
+    """The container's environment from env and envFrom.
+
+    `lookup(kind, namespace, name)` returns a Secret's or ConfigMap's data
+    (Secret values already decoded) or None when it does not exist.
+    """
+    ns = pod["metadata"]["namespace"]
+    env: dict[str, str] = {}
+    for src in container.get("envFrom") or []:
+        prefix = src.get("prefix", "")
+        for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+            if key in src:
+                data = lookup(kind, ns, src[key]["name"]) or {}
+                env.update({prefix + k: v for k, v in data.items()})
+    for item in container.get("env") or []:
+        name = item["name"]
+        if "value" in item:
+            env[name] = _expand(str(item["value"]), env)
+            continue
+        vf = item.get("valueFrom") or {}
+        if "fieldRef" in vf:
+            env[name] = _field(pod, vf["fieldRef"]["fieldPath"], pod_ip, host_ip)
+        elif "secretKeyRef" in vf or "configMapKeyRef" in vf:
+            kind, ref = ("Secret", vf["secretKeyRef"]) if "secretKeyRef" in vf else ("ConfigMap", vf["configMapKeyRef"])
+            data = lookup(kind, ns, ref["name"]) or {}
+            if ref["key"] in data:
+                env[name] = data[ref["key"]]
+        elif name not in env:
+            env[name] = ""
+    return env
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes $(VAR) expansion; $$(VAR) escapes."""
+
+    def rep(m: re.Match[str]) -> str:
+        if m.group(0).startswith("$$"):
+            return m.group(0)[1:]
+        return env.get(m.group(1), m.group(0))
+
+    return re.sub(r"\$?\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", rep, value)
+
+
+def decode_secret(obj: Obj) -> dict[str, str]:
+    out = {k: base64.b64decode(v).decode(errors="replace") for k, v in (obj.get("data") or {}).items()}
+    out.update(obj.get("stringData") or {})
+    return out
+
+
+def bind_to_pod_ip(values: list[str], pod_ip: str) -> list[str]:
+    """A pod has its own IP: a server that binds 0.0.0.0 in a container binds the pod IP here."""
+    return [v.replace("0.0.0.0", pod_ip) for v in values]
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    pod_claim: str  # name in pod.spec.resourceClaims
+    request: str | None  # container's resources.claims[].request
+
+
+def container_claims(container: Obj) -> list[ClaimRef]:
+    return [ClaimRef(c["name"], c.get("request")) for c in (container.get("resources") or {}).get("claims") or []]
+
+
+def claim_name(pod: Obj, pod_claim: str) -> str | None:
+    for rc in pod["spec"].get("resourceClaims") or []:
+        if rc["name"] == pod_claim:
+            if rc.get("resourceClaimName"):
+                return str(rc["resourceClaimName"])
+            break
+    for st in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if st["name"] == pod_claim and st.get("resourceClaimName"):
+            return str(st["resourceClaimName"])
+    return None
+
+
+def claim_ready_for(claim: Obj, pod_uid: str) -> bool:
+    st = claim.get("status") or {}
+    return bool(st.get("allocation")) and any(r.get("uid") == pod_uid for r in st.get("reservedFor") or [])
+
+
+def allocated_devices(claim: Obj, request: str | None) -> list[tuple[str, str, str]]:
+    """(driver, pool, device) of the claim's results, for one request or all."""
+    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+    out = []
+    for r in results:
+        req = r["request"]
+        if request is None or req == request or req.startswith(request + "/"):
+            out.append((r["driver"], r["pool"], r["device"]))
+    return out
+
+
+def python_argv(module: str) -> list[str]:
+    return [sys.executable, "-m", module]

@@ -1,0 +1,424 @@
+"""Cluster shapes: YAML -> simulated Nodes and NVIDIA-style ResourceSlices.
+
+Pure functions only: nothing here talks to the API. The slices mirror what the
+NVIDIA DRA driver (gpu.nvidia.com) publishes: one pool per node, whole GPUs as
+`gpu-<minor>`, MIG devices as `gpu-<minor>-mig-<profile>-<profileID>-<start>`,
+and for partitionable GPUs (dynamic MIG) one counter set per GPU named
+`gpu-<minor>-counter-set` from which every profile/placement device and the
+full GPU consume (Kubernetes 1.35: counters and devices in separate slices of
+the same pool).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import gpumodels
+from .gpumodels import GPUModel, MigProfile
+
+DRIVER = "gpu.nvidia.com"
+NODE_LABEL = "devcluster.gpusessions.io/node"
+K8S_VERSION = "v1.35.4"
+_UUID_NS = uuid.UUID("6f1d3c52-0b7e-4f55-9a59-3c1f0d2f7a10")
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_MAX_DEVICES_PER_SLICE = 128
+_MAX_COUNTER_DEVICES_PER_SLICE = 64
+_MAX_COUNTER_SETS_PER_SLICE = 8
+
+Obj = dict[str, Any]
+
+
+class ShapeError(ValueError):
+    """A cluster shape that cannot be simulated, with the reason."""
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    profile: MigProfile
+    start: int
+
+
+@dataclass(frozen=True)
+class GPU:
+    minor: int
+    model: GPUModel
+    mode: str  # "none" (whole GPU), "static" (fixed MIG layout), "dynamic" (partitionable)
+    layout: tuple[MigInstance, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    index: int
+    cpu: str
+    memory: str
+    pods: int
+    labels: dict[str, str] = field(default_factory=dict)
+    gpus: tuple[GPU, ...] = ()
+
+    @property
+    def ip(self) -> str:
+        return f"127.200.{self.index // 250}.{self.index % 250 + 1}"
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    description: str
+    nodes: tuple[NodeSpec, ...]
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+
+# -- identities -------------------------------------------------------------
+def gpu_uuid(node: str, minor: int) -> str:
+    return "GPU-" + str(uuid.uuid5(_UUID_NS, f"{node}/gpu-{minor}"))
+
+
+def mig_uuid(parent_uuid: str, profile: str, start: int) -> str:
+    return "MIG-" + str(uuid.uuid5(_UUID_NS, f"{parent_uuid}/{profile}/{start}"))
+
+
+def mig_device_name(minor: int, profile: MigProfile, start: int) -> str:
+    return f"gpu-{minor}-mig-{profile.name.replace('.', '')}-{profile.profile_id}-{start}"
+
+
+def counter_set_name(minor: int) -> str:
+    return f"gpu-{minor}-counter-set"
+
+
+# -- parsing ----------------------------------------------------------------
+def _place(model: GPUModel, names: list[str], where: str) -> tuple[MigInstance, ...]:
+    profiles = [model.profile(n) for n in names]
+    if sum(p.compute_slices for p in profiles) > model.compute_slices:
+        raise ShapeError(f"{where}: MIG layout {names} needs more than {model.compute_slices} compute slices")
+    # Largest first, then search placements (as nvidia-smi would have to).
+    order = sorted(profiles, key=lambda p: -p.memory_slices)
+
+    def search(i: int, used: frozenset[int]) -> list[MigInstance] | None:
+        if i == len(order):
+            return []
+        p = order[i]
+        for start in p.placements:
+            span = frozenset(range(start, start + p.memory_slices))
+            if not span & used:
+                rest = search(i + 1, used | span)
+                if rest is not None:
+                    return [MigInstance(p, start), *rest]
+        return None
+
+    placed = search(0, frozenset())
+    if placed is None:
+        raise ShapeError(f"{where}: MIG layout {names} has no valid placement on {model.key}")
+    return tuple(sorted(placed, key=lambda m: m.start))
+
+
+def _gpus(raw: list[Any], where: str) -> tuple[GPU, ...]:
+    gpus: list[GPU] = []
+    for i, g in enumerate(raw or []):
+        w = f"{where}.gpus[{i}]"
+        if not isinstance(g, dict):
+            raise ShapeError(f"{w}: expected a mapping")
+        unknown = set(g) - {"model", "mig", "layout", "count"}
+        if unknown:
+            raise ShapeError(f"{w}: unknown keys {sorted(unknown)}")
+        try:
+            model = gpumodels.model(str(g.get("model", "")))
+        except ValueError as e:
+            raise ShapeError(f"{w}: {e}") from None
+        mode = str(g.get("mig", "none"))
+        if mode not in ("none", "static", "dynamic"):
+            raise ShapeError(f"{w}: mig must be none, static or dynamic, not {mode!r}")
+        layout_names = g.get("layout") or []
+        if mode == "static" and not layout_names:
+            raise ShapeError(f"{w}: mig: static needs a layout (list of MIG profiles)")
+        if mode != "static" and layout_names:
+            raise ShapeError(f"{w}: a layout is only valid with mig: static")
+        count = int(g.get("count", 1))
+        for _ in range(count):
+            minor = len(gpus)
+            try:
+                layout = _place(model, [str(n) for n in layout_names], w) if mode == "static" else ()
+            except ValueError as e:
+                raise ShapeError(f"{w}: {e}") from None
+            gpus.append(GPU(minor=minor, model=model, mode=mode, layout=layout))
+    return tuple(gpus)
+
+
+def parse_shape(name: str, data: Any) -> Shape:
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+        raise ShapeError(f"shape {name}: expected a mapping with a 'nodes' list")
+    nodes: list[NodeSpec] = []
+    for i, n in enumerate(data["nodes"]):
+        where = f"shape {name}: nodes[{i}]"
+        if not isinstance(n, dict):
+            raise ShapeError(f"{where}: expected a mapping")
+        unknown = set(n) - {"name", "count", "cpu", "memory", "pods", "labels", "gpus"}
+        if unknown:
+            raise ShapeError(f"{where}: unknown keys {sorted(unknown)}")
+        count = int(n.get("count", 1))
+        pattern = str(n.get("name", ""))
+        gpus = _gpus(n.get("gpus") or [], where)
+        for k in range(count):
+            node_name = pattern.format(i=k) if count > 1 or "{" in pattern else pattern
+            if not _NAME_RE.match(node_name) or len(node_name) > 63:
+                raise ShapeError(f"{where}: node name {node_name!r} is not a valid DNS label")
+            nodes.append(
+                NodeSpec(
+                    name=node_name,
+                    index=len(nodes),
+                    cpu=str(n.get("cpu", "32")),
+                    memory=str(n.get("memory", "256Gi")),
+                    pods=int(n.get("pods", 110)),
+                    labels={str(a): str(b) for a, b in (n.get("labels") or {}).items()},
+                    gpus=gpus,
+                )
+            )
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        raise ShapeError(f"shape {name}: node names are not unique")
+    return Shape(name=name, description=str(data.get("description", "")), nodes=tuple(nodes))
+
+
+def load_shape(name_or_path: str, shapes_dir: Path) -> Shape:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = shapes_dir / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in shapes_dir.glob("*.yaml")))
+        raise ShapeError(f"no cluster shape {name_or_path!r} (known shapes: {known})")
+    return parse_shape(path.stem, yaml.safe_load(path.read_text()))
+
+
+# -- builders ---------------------------------------------------------------
+def build_node(node: NodeSpec) -> Obj:
+    labels = {
+        "kubernetes.io/hostname": node.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        NODE_LABEL: "true",
+        **({"nvidia.com/gpu.present": "true"} if node.gpus else {}),
+        **node.labels,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node.name, "labels": labels},
+        "spec": {},
+    }
+
+
+def build_node_status(node: NodeSpec, now: str) -> Obj:
+    resources = {"cpu": node.cpu, "memory": node.memory, "pods": str(node.pods), "ephemeral-storage": "500Gi"}
+
+    def cond(t: str, status: str, reason: str, msg: str) -> Obj:
+        return {
+            "type": t, "status": status, "reason": reason, "message": msg,
+            "lastHeartbeatTime": now, "lastTransitionTime": now,
+        }
+
+    return {
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                cond("Ready", "True", "KubeletReady", "devcluster process runtime is ready"),
+                cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "simulated"),
+                cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "simulated"),
+                cond("PIDPressure", "False", "KubeletHasSufficientPID", "simulated"),
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": node.ip},
+                {"type": "Hostname", "address": node.name},
+            ],
+            "nodeInfo": {
+                "machineID": node.name, "systemUUID": node.name, "bootID": node.name,
+                "kernelVersion": "simulated", "osImage": "gpusessions devcluster",
+                "containerRuntimeVersion": "devcluster://process", "kubeletVersion": K8S_VERSION,
+                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64",
+            },
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+        }
+    }
+
+
+def _s(v: str) -> Obj:
+    return {"string": v}
+
+
+def _quantity(name: str, v: int) -> str:
+    if name == "memory" and v % (1024 * 1024) == 0:
+        return f"{v // (1024 * 1024)}Mi"
+    return str(v)
+
+
+def _capacity(caps: dict[str, int]) -> Obj:
+    return {k: {"value": _quantity(k, v)} for k, v in caps.items()}
+
+
+def _counter_name(capacity: str) -> str:
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", capacity).lower()
+
+
+def _counters(caps: dict[str, int], start: int, size: int) -> Obj:
+    c = {_counter_name(k): {"value": _quantity(k, v)} for k, v in caps.items()}
+    for i in range(start, start + size):
+        c[f"memory-slice-{i}"] = {"value": "1"}
+    return c
+
+
+def _parent_attrs(node: NodeSpec, gpu: GPU) -> Obj:
+    m = gpu.model
+    return {
+        "productName": _s(m.product_name),
+        "brand": _s(m.brand),
+        "architecture": _s(m.architecture),
+        "cudaComputeCapability": {"version": m.cuda_compute_capability},
+        "driverVersion": {"version": gpumodels.DRIVER_VERSION},
+        "cudaDriverVersion": {"version": gpumodels.CUDA_DRIVER_VERSION},
+        "pcieBusID": _s(f"0000:{0x18 + gpu.minor * 0x10:02x}:00.0"),
+    }
+
+
+def _whole_gpu_device(node: NodeSpec, gpu: GPU) -> Obj:
+    attrs = {"type": _s("gpu"), "uuid": _s(gpu_uuid(node.name, gpu.minor)), **_parent_attrs(node, gpu)}
+    dev: Obj = {"name": f"gpu-{gpu.minor}", "attributes": attrs}
+    if gpu.mode == "dynamic":
+        # The full GPU of a partitionable GPU consumes every counter, so that
+        # any MIG device on it makes the full device unavailable and back.
+        caps = gpu.model.largest_profile.capacities()
+        dev["capacity"] = _capacity(caps)
+        dev["consumesCounters"] = [
+            {"counterSet": counter_set_name(gpu.minor), "counters": _counters(caps, 0, gpu.model.memory_slices)}
+        ]
+    else:
+        dev["capacity"] = _capacity({"memory": gpu.model.memory_mib * 1024 * 1024})
+    return dev
+
+
+def _mig_device(node: NodeSpec, gpu: GPU, profile: MigProfile, start: int, static: bool) -> Obj:
+    parent = gpu_uuid(node.name, gpu.minor)
+    attrs = {"type": _s("mig"), "parentUUID": _s(parent), "profile": _s(profile.name), **_parent_attrs(node, gpu)}
+    if static:
+        attrs["uuid"] = _s(mig_uuid(parent, profile.name, start))
+    dev: Obj = {
+        "name": mig_device_name(gpu.minor, profile, start),
+        "attributes": attrs,
+        "capacity": _capacity(profile.capacities()),
+    }
+    if not static:
+        dev["consumesCounters"] = [
+            {
+                "counterSet": counter_set_name(gpu.minor),
+                "counters": _counters(profile.capacities(), start, profile.memory_slices),
+            }
+        ]
+    return dev
+
+
+def node_devices(node: NodeSpec) -> tuple[list[Obj], list[Obj]]:
+    """(devices, counter sets) the driver advertises for one node."""
+    devices: list[Obj] = []
+    counter_sets: list[Obj] = []
+    for gpu in node.gpus:
+        if gpu.mode == "none":
+            devices.append(_whole_gpu_device(node, gpu))
+        elif gpu.mode == "static":
+            devices += [_mig_device(node, gpu, m.profile, m.start, static=True) for m in gpu.layout]
+        else:
+            caps = gpu.model.largest_profile.capacities()
+            counter_sets.append(
+                {"name": counter_set_name(gpu.minor), "counters": _counters(caps, 0, gpu.model.memory_slices)}
+            )
+            devices.append(_whole_gpu_device(node, gpu))
+            for p in gpu.model.mig_profiles:
+                devices += [_mig_device(node, gpu, p, s, static=False) for s in p.placements]
+    return devices, counter_sets
+
+
+def _chunks(items: list[Obj], size: int) -> list[list[Obj]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def build_slices(node: NodeSpec, generation: int = 1) -> list[Obj]:
+    """The ResourceSlices of one node's pool (empty for a node without GPUs)."""
+    devices, counter_sets = node_devices(node)
+    if not devices:
+        return []
+    per_slice = _MAX_COUNTER_DEVICES_PER_SLICE if counter_sets else _MAX_DEVICES_PER_SLICE
+    specs: list[Obj] = [{"sharedCounters": cs} for cs in _chunks(counter_sets, _MAX_COUNTER_SETS_PER_SLICE)]
+    specs += [{"devices": d} for d in _chunks(devices, per_slice)]
+    slices = []
+    for i, extra in enumerate(specs):
+        slices.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {
+                    "name": f"{node.name}-{DRIVER}-{i}",
+                    "labels": {NODE_LABEL: node.name, "app.kubernetes.io/managed-by": "devcluster"},
+                },
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": node.name,
+                    "pool": {"name": node.name, "generation": generation, "resourceSliceCount": len(specs)},
+                    **extra,
+                },
+            }
+        )
+    return slices
+
+
+def device_uuids(shape: Shape) -> dict[tuple[str, str], str]:
+    """(pool, device name) -> UUID, as NVIDIA_VISIBLE_DEVICES would name the device.
+
+    Dynamic MIG devices get their UUID when the runtime 'prepares' them; it is
+    derived from the parent and placement, so it is stable too.
+    """
+    out: dict[tuple[str, str], str] = {}
+    for node in shape.nodes:
+        for gpu in node.gpus:
+            parent = gpu_uuid(node.name, gpu.minor)
+            if gpu.mode in ("none", "dynamic"):
+                out[(node.name, f"gpu-{gpu.minor}")] = parent
+            if gpu.mode == "static":
+                for m in gpu.layout:
+                    out[(node.name, mig_device_name(gpu.minor, m.profile, m.start))] = mig_uuid(
+                        parent, m.profile.name, m.start
+                    )
+            if gpu.mode == "dynamic":
+                for p in gpu.model.mig_profiles:
+                    for s in p.placements:
+                        out[(node.name, mig_device_name(gpu.minor, p, s))] = mig_uuid(parent, p.name, s)
+    return out
+
+
+def device_classes() -> list[Obj]:
+    """The DeviceClasses the NVIDIA driver's chart installs for GPUs and MIG devices."""
+
+    def dc(name: str, dtype: str) -> Obj:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "devcluster"}},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f"device.driver == '{DRIVER}' && "
+                            f"device.attributes['{DRIVER}'].type == '{dtype}'"
+                        }
+                    }
+                ]
+            },
+        }
+
+    return [dc("gpu.nvidia.com", "gpu"), dc("mig.nvidia.com", "mig")]
