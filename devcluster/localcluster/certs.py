@@ -132,7 +132,9 @@ def ensure_pki(directory: Path) -> PKI:
     if not (pki.server_crt.exists() and pki.server_key.exists()):
         key = _new_key()
         cert = _sign(
-            _name("kube-apiserver"), key.public_key(), ca,
+            _name("kube-apiserver"),
+            key.public_key(),
+            ca,
             server_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
             server_ips=("127.0.0.1",),
         )
@@ -164,9 +166,15 @@ def _sign_self(subject: x509.Name, key: ec.EllipticCurvePrivateKey) -> x509.Cert
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -174,9 +182,7 @@ def _sign_self(subject: x509.Name, key: ec.EllipticCurvePrivateKey) -> x509.Cert
     )
 
 
-def issue_client_cert(
-    pki: PKI, user: str, groups: tuple[str, ...], crt_path: Path, key_path: Path
-) -> None:
+def issue_client_cert(pki: PKI, user: str, groups: tuple[str, ...], crt_path: Path, key_path: Path) -> None:
     """Write a client certificate for `user` in `groups`, signed by the cluster CA.
 
     Tests use it to act as any identity (for example a hub service account) and

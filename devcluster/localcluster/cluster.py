@@ -97,6 +97,11 @@ def _insecure_ctx() -> ssl.SSLContext:
     return ctx
 
 
+def _healthz(port: int) -> Callable[[], bool]:
+    url = f"https://127.0.0.1:{port}/healthz"
+    return lambda: _http_ok(url, _insecure_ctx())
+
+
 def healthy(paths: ClusterPaths, state: State | None = None) -> bool:
     state = state or State.load(paths.state)
     if state is None:
@@ -128,8 +133,9 @@ def _python_env(paths: ClusterPaths) -> dict[str, str]:
     return env
 
 
-def up(shape_name: str, port_base: int | None = None, paths: ClusterPaths | None = None,
-       timeout: float = 120.0) -> State:
+def up(
+    shape_name: str, port_base: int | None = None, paths: ClusterPaths | None = None, timeout: float = 120.0
+) -> State:
     paths = paths or ClusterPaths.default()
     shape = load_shape(shape_name, SHAPES_DIR)
     with _locked(paths):
@@ -145,13 +151,17 @@ def up(shape_name: str, port_base: int | None = None, paths: ClusterPaths | None
         if state or procs.owned_pids(paths.root):
             say("cleaning up a previous cluster that is no longer healthy")
             _stop(paths, state)
-        return _start(shape, paths, port_base or int(os.environ.get("DEVCLUSTER_PORT_BASE", DEFAULT_PORT_BASE)),
-                      timeout)
+        return _start(
+            shape, paths, port_base or int(os.environ.get("DEVCLUSTER_PORT_BASE", DEFAULT_PORT_BASE)), timeout
+        )
 
 
 def _check_binaries(paths: ClusterPaths) -> None:
-    missing = [b for b in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
-               if not (paths.bin / b).exists()]
+    missing = [
+        b
+        for b in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+        if not (paths.bin / b).exists()
+    ]
     if missing:
         raise ClusterError(
             f"missing binaries {', '.join(missing)} in {paths.bin}; build them with 'make devcluster-build'"
@@ -181,29 +191,45 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
         say(f"starting shape '{shape.name}': {len(shape.nodes)} node(s), {shape.gpu_count} GPU(s)")
         log = paths.log("etcd")
         pids["etcd"] = procs.spawn(components.etcd_cmd(paths, ports), log, paths.root)
-        _wait("etcd", pids["etcd"], lambda: _http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"),
-              log, timeout)
+        _wait(
+            "etcd",
+            pids["etcd"],
+            lambda: _http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"),
+            log,
+            timeout,
+        )
         log = paths.log("kube-apiserver")
         pids["kube-apiserver"] = procs.spawn(components.apiserver_cmd(paths, pki, ports), log, paths.root)
         ctx = _admin_ctx(pki)
-        _wait("kube-apiserver", pids["kube-apiserver"], lambda: _http_ok(server + "/readyz", ctx), log, timeout)
+        _wait(
+            "kube-apiserver", pids["kube-apiserver"], lambda: _http_ok(server + "/readyz", ctx), log, timeout
+        )
         say(f"kube-apiserver ready at {server} ({time.monotonic() - t0:.1f}s)")
-        for name, cmd, port in (
-            ("kube-controller-manager", components.controller_manager_cmd(paths, pki, ports),
-             ports.controller_manager),
-            ("kube-scheduler", components.scheduler_cmd(paths, ports), ports.scheduler),
+        for name, cmd in (
+            ("kube-controller-manager", components.controller_manager_cmd(paths, pki, ports)),
+            ("kube-scheduler", components.scheduler_cmd(paths, ports)),
         ):
             pids[name] = procs.spawn(cmd, paths.log(name), paths.root)
-        for name, port in (("kube-controller-manager", ports.controller_manager),
-                           ("kube-scheduler", ports.scheduler)):
-            url = f"https://127.0.0.1:{port}/healthz"
-            _wait(name, pids[name], lambda u=url: _http_ok(u, _insecure_ctx()), paths.log(name), timeout)
+        for name, port in (
+            ("kube-controller-manager", ports.controller_manager),
+            ("kube-scheduler", ports.scheduler),
+        ):
+            _wait(name, pids[name], _healthz(port), paths.log(name), timeout)
         log = paths.log("runtime")
-        cmd = [sys.executable, "-m", "localcluster.runtime", "--shape", shape.name,
-               "--kubeconfig", str(paths.kubeconfig)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "localcluster.runtime",
+            "--shape",
+            shape.name,
+            "--kubeconfig",
+            str(paths.kubeconfig),
+        ]
         pids["runtime"] = procs.spawn(cmd, log, paths.root, env=_python_env(paths))
         api = KubeAPI.from_kubeconfig(paths.kubeconfig)
-        _wait("runtime (simulated nodes)", pids["runtime"], lambda: _nodes_published(api, shape), log, timeout)
+        _wait(
+            "runtime (simulated nodes)", pids["runtime"], lambda: _nodes_published(api, shape), log, timeout
+        )
         state.save(paths.state)
         say(f"cluster ready in {time.monotonic() - t0:.1f}s")
         return state
@@ -218,12 +244,17 @@ def _nodes_published(api: KubeAPI, shape: Shape) -> bool:
         ready = {
             n["metadata"]["name"]
             for n in nodes
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in n.get("status", {}).get("conditions", [])
+            )
         }
         if not {n.name for n in shape.nodes} <= ready:
             return False
         want = sum(len(build_slices(n)) for n in shape.nodes)
-        have = len(api.list("ResourceSlice", label_selector="app.kubernetes.io/managed-by=devcluster")["items"])
+        have = len(
+            api.list("ResourceSlice", label_selector="app.kubernetes.io/managed-by=devcluster")["items"]
+        )
         return have >= want
     except Exception:
         return False

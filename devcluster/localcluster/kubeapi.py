@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +99,6 @@ class KubeAPI:
         self._pool = urllib3.PoolManager(
             num_pools=4, maxsize=16, ssl_context=ctx, timeout=urllib3.Timeout(connect=5, read=timeout)
         )
-        self._lock = threading.Lock()
 
     @classmethod
     def from_kubeconfig(cls, path: Path, timeout: float = 30.0) -> KubeAPI:
@@ -141,7 +139,7 @@ class KubeAPI:
 
     # -- typed helpers on dicts ----------------------------------------
     def get(self, kind: str, name: str, namespace: str | None = None) -> Obj:
-        return self.request("GET", resource_path(kind, namespace, name))  # type: ignore[no-any-return]
+        return self.request("GET", resource_path(kind, namespace, name))
 
     def get_or_none(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:
         try:
@@ -159,16 +157,16 @@ class KubeAPI:
         field_selector: str | None = None,
     ) -> Obj:
         q = {"labelSelector": label_selector, "fieldSelector": field_selector}
-        return self.request("GET", resource_path(kind, namespace), query=q)  # type: ignore[no-any-return]
+        return self.request("GET", resource_path(kind, namespace), query=q)
 
     def create(self, obj: Obj, namespace: str | None = None) -> Obj:
         ns = namespace or obj.get("metadata", {}).get("namespace")
-        return self.request("POST", resource_path(obj["kind"], ns), body=obj)  # type: ignore[no-any-return]
+        return self.request("POST", resource_path(obj["kind"], ns), body=obj)
 
     def replace(self, obj: Obj) -> Obj:
         md = obj["metadata"]
         path = resource_path(obj["kind"], md.get("namespace"), md["name"])
-        return self.request("PUT", path, body=obj)  # type: ignore[no-any-return]
+        return self.request("PUT", path, body=obj)
 
     def apply(self, obj: Obj) -> Obj:
         """Create, or update an existing object to `obj` (keeping its resourceVersion)."""
@@ -200,7 +198,7 @@ class KubeAPI:
             "strategic": "application/strategic-merge-patch+json",
             "json": "application/json-patch+json",
         }[patch_type]
-        return self.request("PATCH", path, body=patch, content_type=ctype)  # type: ignore[no-any-return]
+        return self.request("PATCH", path, body=patch, content_type=ctype)
 
     def delete(
         self,
@@ -217,13 +215,25 @@ class KubeAPI:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            return self.request(  # type: ignore[no-any-return]
-                "DELETE", resource_path(kind, namespace, name), body=body
-            )
+            return self.request("DELETE", resource_path(kind, namespace, name), body=body)
         except ApiError as e:
             if ignore_missing and e.status == 404:
                 return None
             raise
+
+    def delete_collection(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        grace_period: int | None = None,
+        label_selector: str | None = None,
+    ) -> None:
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if grace_period is not None:
+            body["gracePeriodSeconds"] = grace_period
+        self.request(
+            "DELETE", resource_path(kind, namespace), body=body, query={"labelSelector": label_selector}
+        )
 
     def watch(
         self,
@@ -243,8 +253,11 @@ class KubeAPI:
             "timeoutSeconds": timeout_seconds,
             "allowWatchBookmarks": "true",
         }
-        url = self.creds.server + resource_path(kind, namespace) + "?" + urlencode(
-            {k: v for k, v in q.items() if v is not None}
+        url = (
+            self.creds.server
+            + resource_path(kind, namespace)
+            + "?"
+            + urlencode({k: v for k, v in q.items() if v is not None})
         )
         resp = self._pool.request(
             "GET",

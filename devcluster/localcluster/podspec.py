@@ -23,9 +23,18 @@ EXEC = "exec"  # run the container's command and args as given (test image)
 NONE = "none"  # no process: only report the container as running
 
 EXEC_IMAGE_PREFIX = "localcluster/exec"
-_STACKS_WRAPPERS = {"tini", "start.sh", "start-notebook.sh", "start-notebook.py", "start-singleuser.sh",
-                    "start-singleuser.py", "/usr/local/bin/start-notebook.sh",
-                    "/usr/local/bin/start-singleuser.sh", "--", "-g"}
+_STACKS_WRAPPERS = {
+    "tini",
+    "start.sh",
+    "start-notebook.sh",
+    "start-notebook.py",
+    "start-singleuser.sh",
+    "start-singleuser.py",
+    "/usr/local/bin/start-notebook.sh",
+    "/usr/local/bin/start-singleuser.sh",
+    "--",
+    "-g",
+}
 
 
 def image_mode(image: str) -> str:
@@ -103,7 +112,11 @@ def container_env(
         if "fieldRef" in vf:
             env[name] = _field(pod, vf["fieldRef"]["fieldPath"], pod_ip, host_ip)
         elif "secretKeyRef" in vf or "configMapKeyRef" in vf:
-            kind, ref = ("Secret", vf["secretKeyRef"]) if "secretKeyRef" in vf else ("ConfigMap", vf["configMapKeyRef"])
+            kind, ref = (
+                ("Secret", vf["secretKeyRef"])
+                if "secretKeyRef" in vf
+                else ("ConfigMap", vf["configMapKeyRef"])
+            )
             data = lookup(kind, ns, ref["name"]) or {}
             if ref["key"] in data:
                 env[name] = data[ref["key"]]
@@ -141,7 +154,9 @@ class ClaimRef:
 
 
 def container_claims(container: Obj) -> list[ClaimRef]:
-    return [ClaimRef(c["name"], c.get("request")) for c in (container.get("resources") or {}).get("claims") or []]
+    return [
+        ClaimRef(c["name"], c.get("request")) for c in (container.get("resources") or {}).get("claims") or []
+    ]
 
 
 def claim_name(pod: Obj, pod_claim: str) -> str | None:

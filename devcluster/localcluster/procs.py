@@ -75,9 +75,10 @@ def terminate(pids: Iterable[int], timeout: float = 10.0) -> None:
     """SIGTERM the processes (and their process groups), then SIGKILL what is left."""
     pids = [p for p in pids if alive(p)]
     for p in pids:
-        for sender in (lambda: os.killpg(p, signal.SIGTERM), lambda: os.kill(p, signal.SIGTERM)):
-            with contextlib.suppress(OSError):
-                sender()
+        with contextlib.suppress(OSError):
+            os.killpg(p, signal.SIGTERM)
+        with contextlib.suppress(OSError):
+            os.kill(p, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         _reap()

@@ -166,7 +166,9 @@ class Runtime:
                 want[s["metadata"]["name"]] = s
         have = {
             s["metadata"]["name"]: s
-            for s in self.api.list("ResourceSlice", label_selector="app.kubernetes.io/managed-by=devcluster")["items"]
+            for s in self.api.list("ResourceSlice", label_selector="app.kubernetes.io/managed-by=devcluster")[
+                "items"
+            ]
         }
         for name, s in want.items():
             cur = have.get(name)
@@ -354,12 +356,20 @@ class Runtime:
         if old_ip:
             self.ips.take(old_ip)
         run = PodRun(
-            uid=uid, namespace=md["namespace"], name=md["name"], node=node.name,
-            ip=old_ip or self.ips.allocate(), host_ip=node.ip,
-            restart_policy=pod["spec"].get("restartPolicy", "Always"), pod=pod,
+            uid=uid,
+            namespace=md["namespace"],
+            name=md["name"],
+            node=node.name,
+            ip=old_ip or self.ips.allocate(),
+            host_ip=node.ip,
+            restart_policy=pod["spec"].get("restartPolicy", "Always"),
+            pod=pod,
             devices={k: v for k, v in devices.items() if v},
         )
-        prior = {s["name"]: s.get("restartCount", 0) for s in (pod.get("status") or {}).get("containerStatuses") or []}
+        prior = {
+            s["name"]: s.get("restartCount", 0)
+            for s in (pod.get("status") or {}).get("containerStatuses") or []
+        }
         self.pods[uid] = run
         for c in pod["spec"]["containers"]:
             cont = Container(name=c["name"], mode=podspec.image_mode(c.get("image", "")))
@@ -408,7 +418,9 @@ class Runtime:
         argv = podspec.bind_to_pod_ip(argv, run.ip)
         exe = shutil.which(argv[0], path=full["PATH"]) if argv else None
         if not exe:
-            self._fail_start(run, cont, "StartError", f"executable not found: {argv[0] if argv else '(none)'}")
+            self._fail_start(
+                run, cont, "StartError", f"executable not found: {argv[0] if argv else '(none)'}"
+            )
             return
         logf = self.paths.pod_logs / f"{run.namespace}_{run.name}_{cont.name}.log"
         logf.parent.mkdir(parents=True, exist_ok=True)
@@ -416,11 +428,24 @@ class Runtime:
             out.write(f"==== {now_iso()} start (restart {cont.restart_count}): {' '.join(argv)}\n".encode())
             out.flush()
             cont.proc = subprocess.Popen(
-                [exe, *argv[1:]], env=full, cwd=str(home), stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+                [exe, *argv[1:]],
+                env=full,
+                cwd=str(home),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
-        log.info("started %s/%s:%s pid %d ip %s devices %s", run.namespace, run.name, cont.name,
-                 cont.proc.pid, run.ip, dev or "-")
+        log.info(
+            "started %s/%s:%s pid %d ip %s devices %s",
+            run.namespace,
+            run.name,
+            cont.name,
+            cont.proc.pid,
+            run.ip,
+            dev or "-",
+        )
         self._event(pod, "Started", f"Started container {cont.name} (pid {cont.proc.pid}, IP {run.ip})")
 
     def _fail_start(self, run: PodRun, cont: Container, reason: str, message: str) -> None:
@@ -432,8 +457,11 @@ class Runtime:
     # -- process exits, restarts and deletion deadlines --------------------------
     def _on_exit(self, run: PodRun, cont: Container, code: int, reason: str, message: str = "") -> None:
         term = {
-            "exitCode": code, "reason": reason, "message": message,
-            "startedAt": cont.started_at or now_iso(), "finishedAt": now_iso(),
+            "exitCode": code,
+            "reason": reason,
+            "message": message,
+            "startedAt": cont.started_at or now_iso(),
+            "finishedAt": now_iso(),
         }
         cont.proc = None
         policy = run.restart_policy
@@ -442,8 +470,9 @@ class Runtime:
             cont.waiting_reason = "CrashLoopBackOff"
             cont.waiting_message = f"back-off {cont.backoff:.0f}s restarting failed container {cont.name}"
             cont.restart_at = time.monotonic() + cont.backoff
-            self._event(run.pod, "BackOff", f"Back-off restarting container {cont.name} (exit code {code})",
-                        "Warning")
+            self._event(
+                run.pod, "BackOff", f"Back-off restarting container {cont.name} (exit code {code})", "Warning"
+            )
             cont.backoff = min(cont.backoff * 2, RESTART_BACKOFF_MAX)
         else:
             cont.terminated = term
@@ -510,8 +539,13 @@ class Runtime:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{md['name']}.", "namespace": md["namespace"]},
-            "involvedObject": {"kind": "Pod", "namespace": md["namespace"], "name": md["name"],
-                               "uid": md["uid"], "apiVersion": "v1"},
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": md["namespace"],
+                "name": md["name"],
+                "uid": md["uid"],
+                "apiVersion": "v1",
+            },
             "reason": reason,
             "message": message,
             "type": etype,
@@ -553,8 +587,12 @@ def _container_status(spec: Obj, cont: Container, pod_uid: str) -> Obj:
     elif cont.terminated:
         st["state"] = {"terminated": cont.terminated}
     else:
-        st["state"] = {"waiting": {"reason": cont.waiting_reason or "ContainerCreating",
-                                   "message": cont.waiting_message or ""}}
+        st["state"] = {
+            "waiting": {
+                "reason": cont.waiting_reason or "ContainerCreating",
+                "message": cont.waiting_message or "",
+            }
+        }
     if cont.last_terminated:
         st["lastState"] = {"terminated": cont.last_terminated}
     return st
@@ -574,10 +612,21 @@ def _pod_status(run: PodRun) -> Obj:
         return {"type": t, "status": "True" if ok else "False", "lastTransitionTime": ts}
 
     init = [
-        {"name": c["name"], "image": c.get("image", ""), "imageID": "devcluster://" + c.get("image", ""),
-         "ready": True, "restartCount": 0,
-         "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": run.start_time,
-                                  "finishedAt": run.start_time}}}
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "devcluster://" + c.get("image", ""),
+            "ready": True,
+            "restartCount": 0,
+            "state": {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": run.start_time,
+                    "finishedAt": run.start_time,
+                }
+            },
+        }
         for c in run.pod["spec"].get("initContainers") or []
     ]
     status: Obj = {

@@ -221,8 +221,12 @@ def build_node_status(node: NodeSpec, now: str) -> Obj:
 
     def cond(t: str, status: str, reason: str, msg: str) -> Obj:
         return {
-            "type": t, "status": status, "reason": reason, "message": msg,
-            "lastHeartbeatTime": now, "lastTransitionTime": now,
+            "type": t,
+            "status": status,
+            "reason": reason,
+            "message": msg,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
         }
 
     return {
@@ -240,10 +244,16 @@ def build_node_status(node: NodeSpec, now: str) -> Obj:
                 {"type": "Hostname", "address": node.name},
             ],
             "nodeInfo": {
-                "machineID": node.name, "systemUUID": node.name, "bootID": node.name,
-                "kernelVersion": "simulated", "osImage": "gpusessions devcluster",
-                "containerRuntimeVersion": "devcluster://process", "kubeletVersion": K8S_VERSION,
-                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64",
+                "machineID": node.name,
+                "systemUUID": node.name,
+                "bootID": node.name,
+                "kernelVersion": "simulated",
+                "osImage": "gpusessions devcluster",
+                "containerRuntimeVersion": "devcluster://process",
+                "kubeletVersion": K8S_VERSION,
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
             },
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
         }
@@ -297,7 +307,10 @@ def _whole_gpu_device(node: NodeSpec, gpu: GPU) -> Obj:
         caps = gpu.model.largest_profile.capacities()
         dev["capacity"] = _capacity(caps)
         dev["consumesCounters"] = [
-            {"counterSet": counter_set_name(gpu.minor), "counters": _counters(caps, 0, gpu.model.memory_slices)}
+            {
+                "counterSet": counter_set_name(gpu.minor),
+                "counters": _counters(caps, 0, gpu.model.memory_slices),
+            }
         ]
     else:
         dev["capacity"] = _capacity({"memory": gpu.model.memory_mib * 1024 * 1024})
@@ -306,7 +319,12 @@ def _whole_gpu_device(node: NodeSpec, gpu: GPU) -> Obj:
 
 def _mig_device(node: NodeSpec, gpu: GPU, profile: MigProfile, start: int, static: bool) -> Obj:
     parent = gpu_uuid(node.name, gpu.minor)
-    attrs = {"type": _s("mig"), "parentUUID": _s(parent), "profile": _s(profile.name), **_parent_attrs(node, gpu)}
+    attrs = {
+        "type": _s("mig"),
+        "parentUUID": _s(parent),
+        "profile": _s(profile.name),
+        **_parent_attrs(node, gpu),
+    }
     if static:
         attrs["uuid"] = _s(mig_uuid(parent, profile.name, start))
     dev: Obj = {

@@ -1,0 +1,80 @@
+# gpusessions: the two commands are `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CACHE := .cache
+SHAPE ?= demo
+export PYTHONPATH := $(CURDIR)/devcluster
+
+.PHONY: help venv node-deps devcluster-build cluster cluster-down cluster-status lint unit test demo demo-down clean
+
+help:
+	@echo "make demo          start the local simulated GPU cluster and JupyterHub, print the URL"
+	@echo "make demo-down     stop the demo (hub, cluster and every process they started)"
+	@echo "make test          lint, type-check and run all tests (builds what it needs)"
+	@echo "make cluster SHAPE=<name>   start only the local cluster (shapes: devcluster/shapes/)"
+	@echo "make cluster-down  stop the local cluster"
+
+# --- Python virtual environment (.venv) -------------------------------------
+$(VENV)/.installed: pyproject.toml
+	@bash devcluster/scripts/ensure-debian-deps.sh python
+	@echo "gpusessions: creating the Python virtual environment in $(VENV) ..."
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install --quiet --upgrade pip
+	@echo "gpusessions: installing the package and test tools (first time: a minute or two) ..."
+	@$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+# --- configurable-http-proxy (npm), used by JupyterHub -----------------------
+$(CACHE)/node/.installed:
+	@bash devcluster/scripts/ensure-debian-deps.sh node
+	@echo "gpusessions: installing configurable-http-proxy from npm into $(CACHE)/node ..."
+	@mkdir -p $(CACHE)/node
+	@npm install --silent --no-audit --no-fund --prefix $(CACHE)/node configurable-http-proxy@4 >/dev/null
+	@touch $@
+
+node-deps: $(CACHE)/node/.installed
+
+# --- the local cluster ---------------------------------------------------------
+devcluster-build:
+	@bash devcluster/scripts/build.sh
+
+cluster: venv devcluster-build
+	@$(BIN)/python -m localcluster up --shape $(SHAPE)
+
+cluster-down: venv
+	@$(BIN)/python -m localcluster down
+
+cluster-status: venv
+	@$(BIN)/python -m localcluster status
+
+# --- checks ----------------------------------------------------------------------
+lint: venv
+	@echo "gpusessions: ruff and mypy ..."
+	@$(BIN)/ruff check .
+	@$(BIN)/ruff format --check .
+	@$(BIN)/mypy
+
+unit: venv
+	@$(BIN)/python -m pytest tests/unit -q
+
+test: venv node-deps devcluster-build lint
+	@echo "gpusessions: running the tests (they start the local cluster, or reuse a running one) ..."
+	@set +e; $(BIN)/python -m pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "gpusessions: no tests were collected: that is a failure" >&2; exit 1; fi; \
+	exit $$rc
+
+# --- the demo ------------------------------------------------------------------------
+demo: venv node-deps devcluster-build
+	@$(BIN)/python -m localcluster.demo up
+
+demo-down: venv
+	@$(BIN)/python -m localcluster.demo down
+
+clean: cluster-down
+	rm -rf $(CACHE)/demo

@@ -1,0 +1,151 @@
+"""Run a real JupyterHub (with configurable-http-proxy) against the devcluster.
+
+Used by tests and by `make demo`. The hub and proxy listen on 127.0.0.1; the
+hub's database and logs live in the given working folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .paths import REPO_ROOT, ClusterPaths
+from .procs import port_free
+
+CHP = REPO_ROOT / ".cache" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
+
+
+class HubError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Hub:
+    proc: subprocess.Popen[bytes]
+    url: str  # public (proxy) URL
+    hub_api: str  # http://127.0.0.1:<hub>/hub/api
+    token: str  # a service token with admin scopes
+    workdir: Path
+    log: Path
+
+    def api(self, method: str, path: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(
+            self.hub_api + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                raw = r.read()
+                return r.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                return e.code, json.loads(raw)
+            except ValueError:
+                return e.code, raw.decode(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def base_config(hub_port: int, proxy_port: int, api_port: int, token: str, workdir: Path) -> str:
+    """Hub settings every devcluster hub shares; callers append their own."""
+    return f"""
+c = get_config()  # noqa
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {proxy_port}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {hub_port}
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{api_port}"
+c.ConfigurableHTTPProxy.command = [{str(CHP)!r}]
+c.ConfigurableHTTPProxy.should_start = True
+c.JupyterHub.db_url = "sqlite:///{workdir}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = "{workdir}/cookie_secret"
+c.JupyterHub.pid_file = "{workdir}/jupyterhub.pid"
+c.JupyterHub.cleanup_servers = True
+c.JupyterHub.services = [{{"name": "devcluster-admin", "api_token": {token!r}}}]
+c.JupyterHub.load_roles = [{{
+    "name": "devcluster-admin",
+    "scopes": ["admin:users", "admin:servers", "access:servers", "read:users", "admin-ui"],
+    "services": ["devcluster-admin"],
+}}]
+"""
+
+
+def start_hub(
+    extra_config: str,
+    workdir: Path,
+    timeout: float = 60,
+    ports: tuple[int, int, int] | None = None,
+    token: str | None = None,
+    env_extra: dict[str, str] | None = None,
+) -> Hub:
+    """Start JupyterHub in its own session; `ports` are (proxy, hub, proxy API)."""
+    if not CHP.exists():
+        raise HubError(f"configurable-http-proxy is not installed at {CHP}; run 'make node-deps'")
+    workdir.mkdir(parents=True, exist_ok=True)
+    proxy_port, hub_port, api_port = ports or (free_port(), free_port(), free_port())
+    for port in (proxy_port, hub_port, api_port):
+        if not port_free(port):
+            raise HubError(f"port {port} on 127.0.0.1 is in use by another program; stop it and retry")
+    token = token or secrets.token_hex(24)
+    cfg = workdir / "jupyterhub_config.py"
+    cfg.write_text(base_config(hub_port, proxy_port, api_port, token, workdir) + extra_config)
+    log = workdir / "jupyterhub.log"
+    env = dict(os.environ)
+    paths = ClusterPaths.default()
+    env.setdefault("KUBECONFIG", str(paths.kubeconfig))
+    env["CONFIGPROXY_AUTH_TOKEN"] = secrets.token_hex(24)
+    env.update(env_extra or {})
+    exe = Path(sys.executable).parent / "jupyterhub"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [str(exe), "-f", str(cfg)],
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    hub = Hub(
+        proc, f"http://127.0.0.1:{proxy_port}", f"http://127.0.0.1:{hub_port}/hub/api", token, workdir, log
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").splitlines()[-15:]
+            raise HubError("JupyterHub exited during start-up:\n" + "\n".join(tail))
+        try:
+            with urllib.request.urlopen(hub.url + "/hub/api/", timeout=2) as r:
+                if r.status == 200:
+                    return hub
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.3)
+    hub.stop()
+    raise HubError(f"JupyterHub did not answer within {timeout:.0f}s; see {log}")

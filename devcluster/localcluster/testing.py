@@ -1,0 +1,97 @@
+"""Builders for the objects tests create (plain dicts), and small test utilities."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Any
+
+from .kubeapi import Obj
+from .paths import ClusterPaths
+
+EXEC_IMAGE = "localcluster/exec"
+# Prints the devices it sees, then waits to be stopped.
+SHOW_DEVICES = ["sh", "-c", 'echo "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-}"; exec sleep 3600']
+
+
+def namespace_name(test_name: str) -> str:
+    base = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:40].strip("-")
+    return f"t-{base}-{secrets.token_hex(3)}"
+
+
+def claim(
+    name: str,
+    device_class: str,
+    selectors: list[str] | None = None,
+    count: int = 1,
+    labels: dict[str, str] | None = None,
+) -> Obj:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "count": count}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+
+
+def exec_pod(
+    name: str,
+    claim_name: str | None = None,
+    command: list[str] | None = None,
+    restart_policy: str = "Always",
+    node_name: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> Obj:
+    container: Obj = {"name": "main", "image": EXEC_IMAGE, "command": command or SHOW_DEVICES}
+    spec: Obj = {
+        "containers": [container],
+        "restartPolicy": restart_policy,
+        "terminationGracePeriodSeconds": 5,
+    }
+    if claim_name:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": spec,
+    }
+
+
+def visible_devices(
+    namespace: str, pod: str, container: str = "main", paths: ClusterPaths | None = None
+) -> str:
+    """The NVIDIA_VISIBLE_DEVICES a SHOW_DEVICES container printed last."""
+    paths = paths or ClusterPaths.default()
+    logf = paths.pod_logs / f"{namespace}_{pod}_{container}.log"
+    seen = [
+        ln.split("=", 1)[1]
+        for ln in logf.read_text().splitlines()
+        if ln.startswith("NVIDIA_VISIBLE_DEVICES=")
+    ]
+    if not seen:
+        raise AssertionError(f"{logf} has no NVIDIA_VISIBLE_DEVICES line")
+    return seen[-1]
+
+
+def allocated(claim_obj: Obj) -> list[tuple[str, str]]:
+    """(pool, device) pairs of an allocated claim."""
+    res = claim_obj["status"]["allocation"]["devices"]["results"]
+    return [(r["pool"], r["device"]) for r in res]
+
+
+def slice_device(api: Any, pool: str, device: str) -> Obj:
+    """The device entry of the simulated slices, by pool and name."""
+    for s in api.list("ResourceSlice")["items"]:
+        if s["spec"]["pool"]["name"] != pool:
+            continue
+        for d in s["spec"].get("devices") or []:
+            if d["name"] == device:
+                return d
+    raise AssertionError(f"device {pool}/{device} is not in any ResourceSlice")

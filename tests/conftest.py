@@ -1,0 +1,70 @@
+"""Shared pytest fixtures: one local cluster per test run, a fresh namespace per test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from localcluster import cluster as lc
+from localcluster import waits
+from localcluster.kubeapi import KubeAPI
+from localcluster.paths import SHAPES_DIR, ClusterPaths
+from localcluster.shapes import Shape, load_shape
+from localcluster.testing import namespace_name
+
+TEST_SHAPE = os.environ.get("DEVCLUSTER_TEST_SHAPE", "small")
+
+
+@dataclass
+class Cluster:
+    paths: ClusterPaths
+    state: lc.State
+    api: KubeAPI
+    shape: Shape
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """The running local cluster: reuse one that is up, or start one (and stop it at the end)."""
+    paths = ClusterPaths.default()
+    started = not lc.healthy(paths)
+    try:
+        state = lc.up(TEST_SHAPE, paths=paths)
+    except lc.ClusterError as e:
+        pytest.fail(f"the local cluster is not available: {e}", pytrace=False)
+    api = KubeAPI.from_kubeconfig(paths.kubeconfig)
+    yield Cluster(paths, state, api, load_shape(TEST_SHAPE, SHAPES_DIR))
+    if started and not os.environ.get("DEVCLUSTER_KEEP"):
+        lc.down(paths)
+
+
+@pytest.fixture
+def api(cluster: Cluster) -> KubeAPI:
+    return cluster.api
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace, deleted (and waited for) after the test, so devices are free again."""
+    name = namespace_name(request.node.name)
+    cluster.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    # Pods first, without grace: the namespace controller would otherwise wait
+    # out each pod's grace period before it deletes the rest.
+    cluster.api.delete_collection("Pod", name, grace_period=0)
+    cluster.api.delete("Namespace", name)
+    # The namespace itself goes in the background; what the next test needs
+    # is that no device stays allocated to this one.
+    waits.wait_for(
+        lambda: (
+            not any(
+                (c.get("status") or {}).get("allocation")
+                for c in cluster.api.list("ResourceClaim", name)["items"]
+            )
+        ),
+        60,
+        f"the claims of namespace {name} to be deallocated",
+    )

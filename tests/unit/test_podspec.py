@@ -1,0 +1,73 @@
+"""How the runtime reads pods: images, argv, environment and claims."""
+
+from __future__ import annotations
+
+from localcluster import podspec
+
+
+def test_image_modes() -> None:
+    assert podspec.image_mode("quay.io/jupyterhub/singleuser:5") == podspec.SINGLEUSER
+    assert podspec.image_mode("quay.io/jupyterhub/k8s-singleuser-sample:4.0") == podspec.SINGLEUSER
+    assert podspec.image_mode("jupyter/scipy-notebook@sha256:abc") == podspec.SINGLEUSER
+    assert podspec.image_mode("ghcr.io/x/gpusessions-holder:0.1") == podspec.HOLDER
+    assert podspec.image_mode("localcluster/exec") == podspec.EXEC
+    assert podspec.image_mode("registry.k8s.io/pause:3.10") == podspec.NONE
+
+
+def test_singleuser_argv_drops_image_wrappers_and_allows_root() -> None:
+    c = {"args": ["tini", "-g", "--", "start-notebook.sh", "--ServerApp.ip=0.0.0.0"]}
+    argv = podspec.container_argv(c, podspec.SINGLEUSER, [], as_root=True)
+    assert argv == ["jupyterhub-singleuser", "--ServerApp.ip=0.0.0.0", "--ServerApp.allow_root=True"]
+    assert podspec.container_argv({}, podspec.SINGLEUSER, [], as_root=False) == ["jupyterhub-singleuser"]
+
+
+def test_bind_rewrites_wildcard_to_pod_ip() -> None:
+    assert podspec.bind_to_pod_ip(["http://0.0.0.0:8888/user/a/"], "127.1.0.9") == [
+        "http://127.1.0.9:8888/user/a/"
+    ]
+
+
+def test_claim_name_from_spec_or_template_status() -> None:
+    pod = {
+        "spec": {
+            "resourceClaims": [
+                {"name": "gpu", "resourceClaimName": "c1"},
+                {"name": "t", "resourceClaimTemplateName": "tmpl"},
+            ]
+        },
+        "status": {"resourceClaimStatuses": [{"name": "t", "resourceClaimName": "p-t-xyz"}]},
+    }
+    assert podspec.claim_name(pod, "gpu") == "c1"
+    assert podspec.claim_name(pod, "t") == "p-t-xyz"
+    assert podspec.claim_name(pod, "nope") is None
+
+
+def test_allocated_devices_by_request_and_subrequest() -> None:
+    claim = {
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu/small", "driver": "gpu.nvidia.com", "pool": "n", "device": "d1"},
+                        {"request": "other", "driver": "gpu.nvidia.com", "pool": "n", "device": "d2"},
+                    ]
+                }
+            }
+        }
+    }
+    assert podspec.allocated_devices(claim, "gpu") == [("gpu.nvidia.com", "n", "d1")]
+    assert len(podspec.allocated_devices(claim, None)) == 2
+
+
+def test_claim_ready_needs_allocation_and_reservation() -> None:
+    c = {"status": {"allocation": {"devices": {"results": []}}, "reservedFor": [{"uid": "u1"}]}}
+    assert podspec.claim_ready_for(c, "u1")
+    assert not podspec.claim_ready_for(c, "u2")
+    assert not podspec.claim_ready_for({"status": {"reservedFor": [{"uid": "u1"}]}}, "u1")
+
+
+def test_env_expansion_and_escape() -> None:
+    pod = {"metadata": {"namespace": "ns", "name": "p"}, "spec": {}}
+    c = {"env": [{"name": "A", "value": "x"}, {"name": "B", "value": "$(A)/$$(A)/$(MISSING)"}]}
+    env = podspec.container_env(pod, c, "127.1.0.2", "127.200.0.1", lambda *a: None)
+    assert env["B"] == "x/$(A)/$(MISSING)"
