@@ -261,8 +261,11 @@ def _nodes_published(api: KubeAPI, shape: Shape) -> bool:
 
 
 def _stop(paths: ClusterPaths, state: State | None) -> None:
-    ordered = [state.pids[n] for n in reversed(ORDER) if state and n in state.pids]
-    procs.terminate(ordered)
+    # One at a time, in reverse start order: the apiserver shuts down cleanly
+    # only while etcd is still there.
+    for name in reversed(ORDER):
+        if state and name in state.pids:
+            procs.terminate([state.pids[name]])
     # Anything else this cluster started (pod processes, strays of a lost state).
     procs.terminate(procs.owned_pids(paths.root), timeout=5)
     with contextlib.suppress(FileNotFoundError):

@@ -13,6 +13,7 @@ SHAPES_DIR = REPO_ROOT / "devcluster" / "shapes"
 @dataclass(frozen=True)
 class ClusterPaths:
     root: Path
+    bin_dir: Path | None = None  # defaults to DEVCLUSTER_BIN or <root>/bin
 
     @classmethod
     def default(cls) -> ClusterPaths:
@@ -21,6 +22,8 @@ class ClusterPaths:
 
     @property
     def bin(self) -> Path:
+        if self.bin_dir is not None:
+            return self.bin_dir
         return Path(os.environ.get("DEVCLUSTER_BIN", str(self.root / "bin")))
 
     @property

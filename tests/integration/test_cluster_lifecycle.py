@@ -1,0 +1,138 @@
+"""Start, reuse and stop: a second, throwaway cluster in its own folder and ports."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localcluster import cluster as lc
+from localcluster import procs, waits
+from localcluster.certs import PKI, issue_client_cert
+from localcluster.kubeapi import ApiError, Credentials, KubeAPI
+from localcluster.paths import ClusterPaths
+from localcluster.testing import exec_pod
+
+pytestmark = pytest.mark.cluster
+
+PORT_BASE = 17643
+
+
+@pytest.fixture
+def own_paths(tmp_path: Path, cluster: object) -> Iterator[ClusterPaths]:
+    paths = ClusterPaths(tmp_path / "dc", bin_dir=ClusterPaths.default().bin)
+    yield paths
+    lc.down(paths)
+
+
+def test_up_reuse_down_stops_every_process_and_frees_ports(own_paths: ClusterPaths) -> None:
+    first = lc.up("cpu-only", PORT_BASE, own_paths)
+    again = lc.up("cpu-only", PORT_BASE, own_paths)
+    assert again.pids == first.pids, "a second up reuses the running cluster"
+    with pytest.raises(lc.ClusterError, match="already running"):
+        lc.up("small", PORT_BASE, own_paths)
+
+    api = KubeAPI.from_kubeconfig(own_paths.kubeconfig)
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lc"}})
+    api.create(exec_pod("p", command=["sleep", "3600"]), "lc")
+    waits.pod_ready(api, "lc", "p")
+    owned = procs.owned_pids(own_paths.root)
+    # etcd, apiserver, controller-manager, scheduler, runtime and the pod's process
+    assert len(owned) >= 6
+
+    assert lc.down(own_paths) is True
+    assert not any(procs.alive(p) for p in owned)
+    assert procs.owned_pids(own_paths.root) == []
+    for port in first.ports.values():
+        assert procs.port_free(port), f"port {port} still busy after down"
+    assert lc.status(own_paths) == {"running": False}
+
+
+def test_a_busy_port_is_one_clear_error(own_paths: ClusterPaths) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", PORT_BASE))
+        s.listen()
+        with pytest.raises(lc.ClusterError) as err:
+            lc.up("cpu-only", PORT_BASE, own_paths)
+    msg = str(err.value)
+    assert f"port {PORT_BASE} (for kube-apiserver)" in msg and "DEVCLUSTER_PORT_BASE" in msg
+    assert "\n" not in msg
+    assert procs.owned_pids(own_paths.root) == []
+
+
+def test_missing_binaries_say_how_to_build_them(tmp_path: Path) -> None:
+    paths = ClusterPaths(tmp_path / "dc", bin_dir=tmp_path / "nothing")
+    with pytest.raises(lc.ClusterError, match="make devcluster-build"):
+        lc.up("cpu-only", PORT_BASE, paths)
+
+
+def test_server_reports_its_real_version(api: KubeAPI) -> None:
+    v = api.request("GET", "/version")
+    assert v["gitVersion"] == "v1.35.4"
+    assert (v["major"], v["minor"]) == ("1", "35")
+
+
+def test_rbac_is_on(cluster: object, tmp_path: Path) -> None:
+    """An authenticated identity without bindings is refused; binding a role grants exactly that."""
+    paths = ClusterPaths.default()
+    pki = PKI(paths.pki)
+    issue_client_cert(pki, "rbac-probe", (), tmp_path / "c.crt", tmp_path / "c.key")
+    admin = KubeAPI.from_kubeconfig(paths.kubeconfig)
+    probe = KubeAPI(
+        Credentials(admin.creds.server, str(pki.ca_crt), str(tmp_path / "c.crt"), str(tmp_path / "c.key"))
+    )
+    with pytest.raises(ApiError) as err:
+        probe.list("Pod", "default")
+    assert err.value.status == 403
+    # Anonymous requests are refused too.
+    ctx = ssl.create_default_context(cafile=str(pki.ca_crt))
+    with pytest.raises(urllib.error.HTTPError) as anon:
+        urllib.request.urlopen(admin.creds.server + "/api/v1/pods", context=ctx, timeout=10)
+    assert anon.value.code == 401
+    # What a role grants is allowed, nothing more.
+    admin.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "rbac-probe"},
+            "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]}],
+        }
+    )
+    admin.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "rbac-probe"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "rbac-probe"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "rbac-probe"}],
+        }
+    )
+    try:
+        waits.wait_for(lambda: probe.list("ResourceSlice")["items"], 10, "the binding to take effect")
+        with pytest.raises(ApiError) as err:
+            probe.list("Pod", "default")
+        assert err.value.status == 403
+    finally:
+        admin.delete("ClusterRoleBinding", "rbac-probe")
+        admin.delete("ClusterRole", "rbac-probe")
+
+
+def test_status_reports_components(cluster: object) -> None:
+    st = lc.status(ClusterPaths.default())
+    assert st["running"] is True
+    assert set(st["components"]) == {
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "runtime",
+    }
+    assert all(st["components"].values())
+    assert json.dumps(st)
