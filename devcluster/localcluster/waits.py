@@ -108,30 +108,26 @@ def explain_pod(api: KubeAPI, namespace: str, name: str, paths: ClusterPaths | N
     return "\n".join(lines)
 
 
-def claim_allocated(api: KubeAPI, namespace: str, name: str, timeout: float = 30) -> Obj:
+def _claim_allocation(api: KubeAPI, namespace: str, name: str, want: bool, timeout: float) -> Obj:
     def check() -> Obj | None:
         c = api.get_or_none("ResourceClaim", name, namespace)
-        return c if c and (c.get("status") or {}).get("allocation") else None
+        return c if c and bool((c.get("status") or {}).get("allocation")) == want else None
 
+    what = "allocated" if want else "deallocated"
     return wait_for(
         check,
         timeout,
-        f"ResourceClaim {namespace}/{name} to be allocated",
+        f"ResourceClaim {namespace}/{name} to be {what}",
         lambda: explain_claim(api, namespace, name),
     )
+
+
+def claim_allocated(api: KubeAPI, namespace: str, name: str, timeout: float = 30) -> Obj:
+    return _claim_allocation(api, namespace, name, True, timeout)
 
 
 def claim_deallocated(api: KubeAPI, namespace: str, name: str, timeout: float = 30) -> Obj:
-    def check() -> Obj | None:
-        c = api.get_or_none("ResourceClaim", name, namespace)
-        return c if c and not (c.get("status") or {}).get("allocation") else None
-
-    return wait_for(
-        check,
-        timeout,
-        f"ResourceClaim {namespace}/{name} to be deallocated",
-        lambda: explain_claim(api, namespace, name),
-    )
+    return _claim_allocation(api, namespace, name, False, timeout)
 
 
 def pod_ready(api: KubeAPI, namespace: str, name: str, timeout: float = 30) -> Obj:
