@@ -43,6 +43,7 @@ class Hub:
     token: str  # a service token with admin scopes
     workdir: Path
     log: Path
+    ports: tuple[int, int, int]  # proxy, hub, proxy API
 
     def api(self, method: str, path: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
@@ -91,7 +92,7 @@ c.JupyterHub.cleanup_servers = True
 c.JupyterHub.services = [{{"name": "devcluster-admin", "api_token": {token!r}}}]
 c.JupyterHub.load_roles = [{{
     "name": "devcluster-admin",
-    "scopes": ["admin:users", "admin:servers", "access:servers", "read:users", "admin-ui"],
+    "scopes": ["admin:users", "admin:servers", "access:servers", "read:users", "admin-ui", "tokens"],
     "services": ["devcluster-admin"],
 }}]
 """
@@ -133,7 +134,13 @@ def start_hub(
             start_new_session=True,
         )
     hub = Hub(
-        proc, f"http://127.0.0.1:{proxy_port}", f"http://127.0.0.1:{hub_port}/hub/api", token, workdir, log
+        proc,
+        f"http://127.0.0.1:{proxy_port}",
+        f"http://127.0.0.1:{hub_port}/hub/api",
+        token,
+        workdir,
+        log,
+        (proxy_port, hub_port, api_port),
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

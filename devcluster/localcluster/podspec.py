@@ -189,3 +189,41 @@ def allocated_devices(claim: Obj, request: str | None) -> list[tuple[str, str, s
 
 def python_argv(module: str) -> list[str]:
     return [sys.executable, "-m", module]
+
+
+def volume_files(
+    pod: Obj, container: Obj, lookup: Callable[[str, str, str], dict[str, str] | None]
+) -> dict[str, dict[str, str]]:
+    """mountPath -> {relative file path: content} for the container's downwardAPI,
+    configMap and secret volumes (what a kubelet would project into the container)."""
+    ns = pod["metadata"]["namespace"]
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    out: dict[str, dict[str, str]] = {}
+    for m in container.get("volumeMounts") or []:
+        vol = volumes.get(m["name"]) or {}
+        files: dict[str, str] = {}
+        if "downwardAPI" in vol:
+            for item in vol["downwardAPI"].get("items") or []:
+                if "fieldRef" in item:
+                    files[item["path"]] = _field(pod, item["fieldRef"]["fieldPath"], "", "")
+        for kind, key, ref in (("ConfigMap", "configMap", "name"), ("Secret", "secret", "secretName")):
+            if key in vol:
+                data = lookup(kind, ns, vol[key][ref]) or {}
+                items = vol[key].get("items")
+                files.update({i["path"]: data.get(i["key"], "") for i in items} if items else data)
+        if files:
+            sub = m.get("subPath")
+            out[m["mountPath"]] = {sub: files.get(sub, "")} if sub else files
+    return out
+
+
+def map_paths(values: list[str], mounts: dict[str, str]) -> list[str]:
+    """Point paths under a volume's mountPath at the folder the runtime projected it to."""
+    out = []
+    for v in values:
+        for mount, host in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
+            if v == mount or v.startswith(mount.rstrip("/") + "/"):
+                v = host + v[len(mount.rstrip("/")) :]
+                break
+        out.append(v)
+    return out

@@ -410,12 +410,14 @@ class Runtime:
             OWNER_ENV: os.environ.get(OWNER_ENV, str(self.paths.root)),
             "DEVCLUSTER_POD_IP": run.ip,
         }
+        mounts = self._project_volumes(run, spec, home)
         full = {**base, **env}
-        full = dict(zip(full, podspec.bind_to_pod_ip(list(full.values()), run.ip), strict=True))
+        values = podspec.map_paths(podspec.bind_to_pod_ip(list(full.values()), run.ip), mounts)
+        full = dict(zip(full, values, strict=True))
         dev = run.devices.get(cont.name)
         if dev:
             full["NVIDIA_VISIBLE_DEVICES"] = dev
-        argv = podspec.bind_to_pod_ip(argv, run.ip)
+        argv = podspec.map_paths(podspec.bind_to_pod_ip(argv, run.ip), mounts)
         exe = shutil.which(argv[0], path=full["PATH"]) if argv else None
         if not exe:
             self._fail_start(
@@ -447,6 +449,20 @@ class Runtime:
             dev or "-",
         )
         self._event(pod, "Started", f"Started container {cont.name} (pid {cont.proc.pid}, IP {run.ip})")
+
+    def _project_volumes(self, run: PodRun, spec: Obj, home: Path) -> dict[str, str]:
+        """Write downwardAPI/configMap/secret volume files under the pod folder; mountPath -> folder."""
+        mounts: dict[str, str] = {}
+        for mount, files in podspec.volume_files(run.pod, spec, self._lookup).items():
+            target = home / "volumes" / spec["name"] / mount.strip("/")
+            target.mkdir(parents=True, exist_ok=True)
+            for rel, content in files.items():
+                f = (target / rel).resolve()
+                if target.resolve() in f.parents:
+                    f.parent.mkdir(parents=True, exist_ok=True)
+                    f.write_text(content)
+            mounts[mount] = str(target)
+        return mounts
 
     def _fail_start(self, run: PodRun, cont: Container, reason: str, message: str) -> None:
         cont.proc = None

@@ -1,14 +1,392 @@
 """The gpusessions spawner.
 
-`GPUSessionSpawner` is registered as the JupyterHub spawner `gpusessions`.
-A server without a GPU profile spawns exactly as with KubeSpawner; the
-long-lived ResourceClaim and holder pod for GPU profiles build on this class.
+`GPUSessionSpawner` (JupyterHub spawner `gpusessions`) is a KubeSpawner whose
+GPU profiles get a long-lived DRA ResourceClaim held by a small holder pod, so
+the same GPU (and node) comes back after a stop, a crash or a restart. A
+profile without a GPU spawns exactly as with KubeSpawner.
+
+This module holds the settings and the JupyterHub hooks only; the claim and
+holder lifecycle is in `session.py`, the objects in `claims.py`, option
+validation in `options.py`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from jupyterhub.spawner import SpawnException
+from kubernetes_asyncio.client import (
+    CoreV1ResourceClaim,
+    V1DownwardAPIVolumeFile,
+    V1DownwardAPIVolumeSource,
+    V1EnvVar,
+    V1ObjectFieldSelector,
+    V1PodResourceClaim,
+    V1ResourceRequirements,
+    V1Volume,
+    V1VolumeMount,
+)
 from kubespawner import KubeSpawner
+from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, validate
+
+from . import claims as C
+from . import labels as L
+from .kube import KubeError, SessionAPI
+from .options import InvalidOptions
+from .options import validate as validate_options
+from .session import Allocation, GPUSession, Refused, SessionNames
+
+SESSION_FILE_DIR = "/etc/gpusessions"
+SESSION_FILE = f"{SESSION_FILE_DIR}/session.json"
+SESSION_ANNOTATION = "gpusessions.io/session"
 
 
 class GPUSessionSpawner(KubeSpawner):
     """KubeSpawner whose GPU profiles keep their GPU across notebook restarts."""
+
+    gpu_device_class = Unicode(
+        "",
+        config=True,
+        help="""DeviceClass of the GPU this server gets, for example `mig.nvidia.com` or
+        `gpu.nvidia.com`. Empty (the default) means no GPU: the server spawns as with KubeSpawner.
+        Usually set per profile in `kubespawner_override`.""",
+    )
+    gpu_count = Integer(
+        1,
+        config=True,
+        help="How many devices of `gpu_device_class` the claim asks for (1 to `gpu_count_max`).",
+    )
+    gpu_count_max = Integer(
+        8,
+        config=True,
+        help="The largest `gpu_count` (or firstAvailable count) accepted; larger values are refused.",
+    )
+    gpu_selectors = List(
+        Unicode(),
+        config=True,
+        help="""CEL expressions a device must satisfy, for example
+        `device.attributes['gpu.nvidia.com'].profile == '1g.10gb'` or
+        `device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0`.""",
+    )
+    gpu_first_available = List(
+        Dict(),
+        config=True,
+        help="""Prioritized alternatives (DRA `firstAvailable`), used instead of `gpu_device_class`:
+        a list of `{"device_class": ..., "count": 1, "selectors": [...]}`; the first that can be
+        allocated wins.""",
+    )
+    keep_gpu_on_stop = Bool(
+        True,
+        config=True,
+        help="""Keep the claim and holder (and so the GPU) when the server stops, so that the next
+        start gets the same device back. False releases the GPU at every stop.""",
+    )
+    claim_name_template = Unicode(
+        "gpu-{user_server}",
+        config=True,
+        help="Name of the server's ResourceClaim; KubeSpawner's name expansions apply.",
+    )
+    holder_name_template = Unicode(
+        "gpu-holder-{user_server}",
+        config=True,
+        help="Name of the server's holder pod; KubeSpawner's name expansions apply.",
+    )
+    holder_image = Unicode(
+        "gpusessions-holder:0.1.0",
+        config=True,
+        help="Image of the holder pod (runs the GPU agent). Set it to your registry's copy.",
+    )
+    holder_resources = Dict(
+        {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+        config=True,
+        help="`resources` of the holder container (requests and limits).",
+    )
+    gpu_allocation_timeout = Float(
+        300,
+        config=True,
+        help="""Seconds to wait for a free GPU of the chosen size. Then the request is withdrawn
+        and the user told what was waited for; this does not count as a hub failure.""",
+    )
+
+    @validate("gpu_count")
+    def _check_count(self, proposal: Any) -> int:
+        value = proposal["value"]
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= self.gpu_count_max:
+            raise TraitError(
+                f"gpu_count must be a whole number from 1 to {self.gpu_count_max}, not {value!r}"
+            )
+        return int(value)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._gpu_messages: list[str] = []
+        self._gpu_phase_done = asyncio.Event()
+        self._gpu_alloc: Allocation | None = None
+        self._gpu_state: dict[str, str] = {}
+        # The start timeout covers the wait for a GPU too.
+        base: int = getattr(self, "start_timeout", 60)
+        self.start_timeout = int(base + self._max_allocation_timeout())
+
+    def _max_allocation_timeout(self) -> float:
+        timeouts = [self.gpu_allocation_timeout]
+        if isinstance(self.profile_list, list):
+            for p in self.profile_list:
+                v = (p.get("kubespawner_override") or {}).get("gpu_allocation_timeout")
+                if isinstance(v, (int, float)):
+                    timeouts.append(float(v))
+        return max(timeouts)
+
+    # -- the GPU request of the chosen profile ---------------------------------------
+    def gpu_request(self) -> C.GPURequest:
+        alts = []
+        for i, a in enumerate(self.gpu_first_available):
+            unknown = set(a) - {"device_class", "count", "selectors"}
+            if unknown or not isinstance(a.get("device_class"), str) or not a.get("device_class"):
+                raise TraitError(
+                    f"gpu_first_available[{i}] needs a device_class and may have count and selectors "
+                    f"(unknown keys: {sorted(unknown)})"
+                )
+            count = a.get("count", 1)
+            if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= self.gpu_count_max:
+                raise TraitError(f"gpu_first_available[{i}].count must be 1 to {self.gpu_count_max}")
+            sels = a.get("selectors", [])
+            if not isinstance(sels, list) or not all(isinstance(s, str) for s in sels):
+                raise TraitError(f"gpu_first_available[{i}].selectors must be a list of CEL strings")
+            alts.append(C.Alternative(a["device_class"], count, tuple(sels)))
+        return C.GPURequest(
+            device_class=self.gpu_device_class if not alts else "",
+            count=self.gpu_count,
+            selectors=tuple(self.gpu_selectors),
+            first_available=tuple(alts),
+        )
+
+    def _names(self) -> SessionNames:
+        return SessionNames(
+            namespace=self._gpu_state.get("namespace") or str(self.namespace),
+            claim=self._gpu_state.get("claim") or self._expand_user_properties(self.claim_name_template),
+            holder=self._gpu_state.get("holder") or self._expand_user_properties(self.holder_name_template),
+            username=self.user.name,
+            servername=self.name or "",
+            profile=str((self.user_options or {}).get("profile", "")),
+        )
+
+    def _holder_settings(self) -> C.HolderSettings:
+        return C.HolderSettings(
+            image=self.holder_image,
+            resources=dict(self.holder_resources),
+            node_selector=dict(self.node_selector or {}),
+            tolerations=tuple(self.tolerations or ()),
+            scheduler_name=self.scheduler_name or None,
+            priority_class=self.priority_class_name or None,
+            image_pull_policy=self.image_pull_policy or None,
+        )
+
+    def _session(self, request: C.GPURequest | None = None) -> GPUSession:
+        return GPUSession(
+            SessionAPI(timeout=self.k8s_api_request_timeout),
+            self._names(),
+            request or C.GPURequest(),
+            self._holder_settings(),
+            emit=self._emit,
+            log=self.log,
+        )
+
+    def _emit(self, message: str) -> None:
+        """A progress message for the spawn page (and the hub log)."""
+        self._gpu_messages.append(message)
+        self.log.info("%s: %s", self._log_name, message)
+
+    # -- options ------------------------------------------------------------------------
+    async def _profile_list_for_user(self) -> list[dict[str, Any]]:
+        from jupyterhub.utils import maybe_future
+
+        profile_list = self._sorted_dict_values(self.profile_list)
+        if callable(profile_list):
+            profile_list = await maybe_future(profile_list(self))
+        return list(self._get_initialized_profile_list(profile_list))
+
+    async def load_user_options(self) -> None:
+        """Validate options strictly, apply the profile (KubeSpawner), then check the GPU settings."""
+        try:
+            options: dict[str, Any] = getattr(self, "user_options", {})
+            self.user_options = validate_options(options, await self._profile_list_for_user())
+        except InvalidOptions as e:
+            raise SpawnException(str(e), reason="invalid-options") from None
+        try:
+            await super().load_user_options()
+            self.gpu_request()
+        except (TraitError, ValueError) as e:
+            raise SpawnException(
+                f"This profile's settings are invalid: {e}", reason="invalid-options"
+            ) from None
+
+    async def _options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
+        """Validate a submitted form at once: a bad form gets a 400 and the form again, nothing starts."""
+        opts = super()._options_from_form(formdata)
+        try:
+            return validate_options(opts, await self._profile_list_for_user())
+        except InvalidOptions as e:
+            raise SpawnException(str(e), reason="invalid-options") from None
+
+    # -- start ----------------------------------------------------------------------------
+    async def get_pod_manifest(self) -> Any:
+        """Before the notebook pod: claim, holder, allocation. Then add the claim to the pod."""
+        await self._prepare_gpu()
+        pod = await super().get_pod_manifest()
+        pod.metadata.labels = {
+            **(pod.metadata.labels or {}),
+            L.MANAGED_BY: L.MANAGER,
+            L.COMPONENT: "notebook",
+        }
+        if self._gpu_alloc is not None:
+            self._add_gpu_to_pod(pod, self._gpu_alloc)
+        return pod
+
+    async def _prepare_gpu(self) -> None:
+        self._gpu_messages.clear()
+        self._gpu_phase_done.clear()
+        self._gpu_alloc = None
+        try:
+            request = self.gpu_request()
+            if not request.wants_gpu:
+                await self._release_previous_gpu_for_cpu_profile()
+                return
+            session = self._session(request)
+            try:
+                self._gpu_alloc = await session.ensure(self.gpu_allocation_timeout)
+            except Refused as e:
+                raise SpawnException(e.message, reason=e.reason) from None
+            except KubeError as e:
+                raise SpawnException(
+                    f"The cluster refused the GPU request: {e.message}", reason="gpu-api-error"
+                ) from None
+            n = session.n
+            self._gpu_state = {
+                "namespace": n.namespace,
+                "claim": n.claim,
+                "holder": n.holder,
+                "request_hash": request.hash(),
+                "profile": n.profile,
+                "describe": request.describe(),
+            }
+        finally:
+            self._gpu_phase_done.set()
+
+    async def _release_previous_gpu_for_cpu_profile(self) -> None:
+        """A server that switches to a CPU-only profile gives back the GPU it kept."""
+        if not self._gpu_state:
+            return
+        self._emit("You picked a profile without a GPU: releasing the GPU you had ...")
+        await self._session().release(wait=False)
+        self._gpu_state = {}
+
+    def session_info(self, alloc: Allocation) -> dict[str, Any]:
+        n = self._names()
+        return {
+            "claim": n.claim,
+            "namespace": n.namespace,
+            "holder": n.holder,
+            "profile": n.profile,
+            "gpu": self._gpu_state.get("describe", ""),
+            "node": alloc.node,
+            "devices": [{"driver": d, "pool": p, "device": dev} for d, p, dev in alloc.devices],
+        }
+
+    def _add_gpu_to_pod(self, pod: Any, alloc: Allocation) -> None:
+        n = self._names()
+        info = self.session_info(alloc)
+        pod.spec.resource_claims = [
+            *(pod.spec.resource_claims or []),
+            V1PodResourceClaim(name=C.REQUEST_NAME, resource_claim_name=n.claim),
+        ]
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), SESSION_ANNOTATION: json.dumps(info)}
+        container = next((c for c in pod.spec.containers if c.name == "notebook"), pod.spec.containers[0])
+        if container.resources is None:
+            container.resources = V1ResourceRequirements()
+        container.resources.claims = [
+            *(container.resources.claims or []),
+            CoreV1ResourceClaim(name=C.REQUEST_NAME),
+        ]
+        env = {
+            "GPUSESSIONS_CLAIM": n.claim,
+            "GPUSESSIONS_PROFILE": n.profile,
+            "GPUSESSIONS_GPU": info["gpu"],
+            "GPUSESSIONS_NODE": alloc.node or "",
+            "GPUSESSIONS_DEVICES": ",".join(f"{p}/{d}" for _, p, d in alloc.devices),
+            "GPUSESSIONS_SESSION_FILE": SESSION_FILE,
+        }
+        container.env = [*(container.env or []), *(V1EnvVar(name=k, value=v) for k, v in env.items())]
+        pod.spec.volumes = [
+            *(pod.spec.volumes or []),
+            V1Volume(
+                name="gpusessions",
+                downward_api=V1DownwardAPIVolumeSource(
+                    items=[
+                        V1DownwardAPIVolumeFile(
+                            path="session.json",
+                            field_ref=V1ObjectFieldSelector(
+                                field_path=f"metadata.annotations['{SESSION_ANNOTATION}']"
+                            ),
+                        )
+                    ]
+                ),
+            ),
+        ]
+        container.volume_mounts = [
+            *(container.volume_mounts or []),
+            V1VolumeMount(name="gpusessions", mount_path=SESSION_FILE_DIR, read_only=True),
+        ]
+
+    async def progress(self) -> AsyncIterator[dict[str, Any]]:
+        """GPU steps in words first (claim changes, not only pod events), then KubeSpawner's pod events."""
+        sent = 0
+        while True:
+            while sent < len(self._gpu_messages):
+                yield {"progress": min(10 + 5 * sent, 40), "message": self._gpu_messages[sent]}
+                sent += 1
+            start = self._start_future
+            if self._gpu_phase_done.is_set() or (start is not None and start.done()):
+                break
+            await asyncio.sleep(0.5)
+        for m in self._gpu_messages[sent:]:
+            yield {"progress": 40, "message": m}
+        async for event in super().progress():
+            yield event
+
+    # -- stop, release, delete --------------------------------------------------------------
+    async def stop(self, now: bool = False) -> None:
+        await super().stop(now=now)
+        if self._gpu_state and not self.keep_gpu_on_stop:
+            await self.release_gpu()
+
+    async def release_gpu(self) -> bool:
+        """Delete the holder and the claim (the GPU goes back to the pool). True if one existed."""
+        had = await self._session().release(wait=False)
+        self._gpu_state = {}
+        return had
+
+    async def delete_forever(self) -> None:
+        await super().delete_forever()
+        await self.release_gpu()
+
+    # -- state -------------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        if self._gpu_state:
+            state["gpusessions"] = dict(self._gpu_state)
+        return dict(state)
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        gpu = state.get("gpusessions")
+        if isinstance(gpu, dict):
+            self._gpu_state = {str(k): str(v) for k, v in gpu.items()}
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        # The kept GPU outlives the stop: its names stay in the state.
+        if not self.keep_gpu_on_stop:
+            self._gpu_state = {}

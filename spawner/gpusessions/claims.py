@@ -1,0 +1,227 @@
+"""Pure builders for a GPU session's ResourceClaim and holder pod (plain dicts).
+
+Nothing here talks to the API. The claim's spec comes from the profile's GPU
+request; its hash (annotation `gpusessions.io/request-hash`) tells whether an
+existing claim still matches the chosen profile (claim specs are immutable).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import labels as L
+
+Obj = dict[str, Any]
+REQUEST_NAME = "gpu"  # the request in the claim, and the claim's name in pod specs
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One entry of a prioritized list (firstAvailable)."""
+
+    device_class: str
+    count: int = 1
+    selectors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GPURequest:
+    """What a profile asks for: `exactly` one device class, or the first available of several."""
+
+    device_class: str = ""
+    count: int = 1
+    selectors: tuple[str, ...] = ()
+    first_available: tuple[Alternative, ...] = field(default_factory=tuple)
+
+    @property
+    def wants_gpu(self) -> bool:
+        return bool(self.device_class or self.first_available)
+
+    def device_request(self) -> Obj:
+        if self.first_available:
+            return {
+                "name": REQUEST_NAME,
+                "firstAvailable": [
+                    _exact(a.device_class, a.count, a.selectors, name=f"alt{i}")
+                    for i, a in enumerate(self.first_available)
+                ],
+            }
+        return {"name": REQUEST_NAME, "exactly": _exact(self.device_class, self.count, self.selectors)}
+
+    def spec(self) -> Obj:
+        return {"devices": {"requests": [self.device_request()]}}
+
+    def hash(self) -> str:
+        canonical = json.dumps(self.spec(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        """A few words for people: 'MIG 1g.10gb', '2 x gpu.nvidia.com', ..."""
+        if self.first_available:
+            return " or ".join(_describe(a.device_class, a.count, a.selectors) for a in self.first_available)
+        return _describe(self.device_class, self.count, self.selectors)
+
+    def device_classes(self) -> list[str]:
+        if self.first_available:
+            return [a.device_class for a in self.first_available]
+        return [self.device_class]
+
+
+def _exact(device_class: str, count: int, selectors: tuple[str, ...], name: str | None = None) -> Obj:
+    out: Obj = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
+    if name:
+        out = {"name": name, **out}
+    if selectors:
+        out["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    return out
+
+
+def _describe(device_class: str, count: int, selectors: tuple[str, ...]) -> str:
+    import re
+
+    prof = next((m.group(1) for s in selectors if (m := re.search(r"profile\s*==\s*'([^']+)'", s))), None)
+    what = f"MIG {prof}" if prof else ("whole GPU" if device_class == "gpu.nvidia.com" else device_class)
+    return f"{count} x {what}" if count != 1 else what
+
+
+def build_claim(
+    name: str,
+    namespace: str,
+    request: GPURequest,
+    username: str,
+    servername: str,
+    profile: str = "",
+    extra_labels: dict[str, str] | None = None,
+) -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**L.owner_labels("claim", username, servername), **(extra_labels or {})},
+            "annotations": {
+                **L.owner_annotations(username, servername),
+                L.REQUEST_HASH: request.hash(),
+                L.PROFILE_ANNOTATION: profile,
+            },
+        },
+        "spec": request.spec(),
+    }
+
+
+def claim_matches(claim: Obj, request: GPURequest) -> bool:
+    ann = (claim.get("metadata") or {}).get("annotations") or {}
+    return bool(ann.get(L.REQUEST_HASH) == request.hash())
+
+
+@dataclass(frozen=True)
+class HolderSettings:
+    image: str
+    resources: Obj
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[Obj, ...] = ()
+    affinity: Obj | None = None
+    scheduler_name: str | None = None
+    priority_class: str | None = None
+    image_pull_policy: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+
+
+def build_holder_pod(
+    name: str,
+    namespace: str,
+    claim_name: str,
+    settings: HolderSettings,
+    username: str,
+    servername: str,
+    extra_labels: dict[str, str] | None = None,
+) -> Obj:
+    """The pod that keeps the claim allocated while the notebook pod comes and goes."""
+    container: Obj = {
+        "name": "holder",
+        "image": settings.image,
+        "resources": {**settings.resources, "claims": [{"name": REQUEST_NAME}]},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "env": [
+            {"name": "GPUSESSIONS_CLAIM", "value": claim_name},
+            {"name": "GPUSESSIONS_USER", "value": username},
+            {"name": "GPUSESSIONS_SERVER", "value": servername},
+        ],
+    }
+    if settings.args:
+        container["args"] = list(settings.args)
+    if settings.image_pull_policy:
+        container["imagePullPolicy"] = settings.image_pull_policy
+    spec: Obj = {
+        "restartPolicy": "Always",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 10,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "runAsGroup": 65534,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "resourceClaims": [{"name": REQUEST_NAME, "resourceClaimName": claim_name}],
+        "containers": [container],
+    }
+    if settings.node_selector:
+        spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    if settings.affinity:
+        spec["affinity"] = settings.affinity
+    if settings.scheduler_name:
+        spec["schedulerName"] = settings.scheduler_name
+    if settings.priority_class:
+        spec["priorityClassName"] = settings.priority_class
+    if settings.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in settings.image_pull_secrets]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**L.owner_labels("holder", username, servername), **(extra_labels or {})},
+            "annotations": {**L.owner_annotations(username, servername), L.CLAIM_ANNOTATION: claim_name},
+        },
+        "spec": spec,
+    }
+
+
+def allocation(claim: Obj) -> Obj | None:
+    return ((claim.get("status") or {}).get("allocation")) or None
+
+
+def allocated_node(claim: Obj) -> str | None:
+    alloc = allocation(claim) or {}
+    for term in (alloc.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for f in term.get("matchFields") or []:
+            if f.get("key") == "metadata.name" and f.get("values"):
+                return str(f["values"][0])
+        for e in term.get("matchExpressions") or []:
+            if e.get("key") == "kubernetes.io/hostname" and e.get("values"):
+                return str(e["values"][0])
+    return None
+
+
+def allocated_devices(claim: Obj) -> list[tuple[str, str, str]]:
+    """(driver, pool, device) of each allocated device."""
+    results = ((allocation(claim) or {}).get("devices") or {}).get("results") or []
+    return [(r["driver"], r["pool"], r["device"]) for r in results]
+
+
+def reserved_for(claim: Obj) -> list[str]:
+    return [r.get("name", "") for r in (claim.get("status") or {}).get("reservedFor") or []]

@@ -1,0 +1,68 @@
+"""Hub endpoints of gpusessions: "Release my GPU".
+
+    POST /hub/api/gpusessions/users/{user}/release              (default server)
+    POST /hub/api/gpusessions/users/{user}/servers/{name}/release
+
+Stops the server if it runs, then deletes its holder pod and claim so the GPU
+goes back to the pool. Allowed for the user themself and for anyone holding the
+`servers` scope on that user (admins). The home page gets a "Release my GPU"
+button (templates/home.html) that calls it.
+
+Enable in jupyterhub_config.py:
+
+    from gpusessions.handlers import configure_hub
+    configure_hub(c)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.scopes import needs_scope
+from tornado import web
+
+TEMPLATES = str(Path(__file__).parent / "templates")
+
+
+class ReleaseGPUHandler(APIHandler):
+    @needs_scope("servers")
+    async def post(self, user_name: str, server_name: str = "") -> None:
+        user = self.find_user(user_name)
+        if user is None:
+            raise web.HTTPError(404, f"No such user: {user_name}")
+        if server_name and server_name not in user.orm_spawners:
+            raise web.HTTPError(404, f"{user_name} has no server named {server_name}")
+        spawner = user.spawners[server_name]
+        if spawner.pending:
+            raise web.HTTPError(409, f"The server is busy ({spawner.pending}); try again in a moment.")
+        release = getattr(spawner, "release_gpu", None)
+        if release is None:
+            raise web.HTTPError(400, "This hub's spawner does not hold GPUs (not gpusessions).")
+        was_running = bool(spawner.active)
+        if was_running:
+            await self.stop_single_user(user, server_name)
+        spawner = user.spawners[server_name]
+        claim = (spawner.get_state().get("gpusessions") or {}).get("claim", "")
+        had = await spawner.release_gpu()
+        spawner.orm_spawner.state = spawner.get_state()
+        self.db.commit()
+        self.log.info("Released the GPU of %s/%s (claim %s, existed: %s)", user_name, server_name, claim, had)
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps({"released": had, "stopped": was_running, "claim": claim}))
+
+
+def handlers() -> list[tuple[str, Any]]:
+    """Routes under the hub prefix (/hub/)."""
+    return [
+        (r"/api/gpusessions/users/([^/]+)/release", ReleaseGPUHandler),
+        (r"/api/gpusessions/users/([^/]+)/servers/([^/]+)/release", ReleaseGPUHandler),
+    ]
+
+
+def configure_hub(c: Any) -> None:
+    """Add the gpusessions endpoints and page templates to a JupyterHub config object."""
+    c.JupyterHub.extra_handlers = [*list(c.JupyterHub.get("extra_handlers", []) or []), *handlers()]
+    c.JupyterHub.template_paths = [TEMPLATES, *list(c.JupyterHub.get("template_paths", []) or [])]

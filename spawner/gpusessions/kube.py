@@ -1,0 +1,107 @@
+"""The one place where gpusessions talks to the Kubernetes API for a session.
+
+Thin async wrappers over kubernetes_asyncio (the client KubeSpawner uses) that
+take and return plain dicts, give every call a timeout, and turn "not found"
+into None and "already exists" into `Conflict`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kubernetes_asyncio.client import ApiException
+from kubespawner.clients import shared_client
+
+Obj = dict[str, Any]
+
+
+class Conflict(Exception):
+    """The object already exists (409)."""
+
+
+class KubeError(Exception):
+    """Any other API error, with the apiserver's message."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _message(e: ApiException) -> str:
+    import json
+
+    try:
+        return str(json.loads(e.body or b"{}").get("message", e.reason))
+    except (TypeError, ValueError, AttributeError):
+        return str(e.reason)
+
+
+class SessionAPI:
+    """API calls for claims, holder pods and device classes (one per spawner)."""
+
+    def __init__(self, timeout: float = 10.0):
+        self.core = shared_client("CoreV1Api")
+        self.resource = shared_client("ResourceV1Api")
+        self.timeout = timeout
+
+    def _dict(self, model: Any) -> Obj:
+        out = self.core.api_client.sanitize_for_serialization(model)
+        assert isinstance(out, dict)
+        return out
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await asyncio.wait_for(fn(*args, **kwargs), self.timeout)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            if e.status == 409:
+                raise Conflict(_message(e)) from None
+            raise KubeError(e.status, _message(e)) from None
+
+    # -- claims ----------------------------------------------------------------
+    async def get_claim(self, namespace: str, name: str) -> Obj | None:
+        r = await self._call(self.resource.read_namespaced_resource_claim, name, namespace)
+        return self._dict(r) if r is not None else None
+
+    async def create_claim(self, body: Obj) -> Obj:
+        ns = body["metadata"]["namespace"]
+        return self._dict(await self._call(self.resource.create_namespaced_resource_claim, ns, body))
+
+    async def delete_claim(self, namespace: str, name: str) -> bool:
+        """Delete; False if it was already gone."""
+        r = await self._call(self.resource.delete_namespaced_resource_claim, name, namespace)
+        return r is not None
+
+    async def list_claims(self, namespace: str, label_selector: str) -> list[Obj]:
+        r = await self._call(
+            self.resource.list_namespaced_resource_claim, namespace, label_selector=label_selector
+        )
+        return [self._dict(i) for i in (r.items if r is not None else [])]
+
+    async def get_device_class(self, name: str) -> Obj | None:
+        r = await self._call(self.resource.read_device_class, name)
+        return self._dict(r) if r is not None else None
+
+    # -- pods ------------------------------------------------------------------
+    async def get_pod(self, namespace: str, name: str) -> Obj | None:
+        r = await self._call(self.core.read_namespaced_pod, name, namespace)
+        return self._dict(r) if r is not None else None
+
+    async def create_pod(self, body: Obj) -> Obj:
+        ns = body["metadata"]["namespace"]
+        return self._dict(await self._call(self.core.create_namespaced_pod, ns, body))
+
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
+        kwargs: dict[str, Any] = {}
+        if grace_seconds is not None:
+            kwargs["grace_period_seconds"] = grace_seconds
+        r = await self._call(self.core.delete_namespaced_pod, name, namespace, **kwargs)
+        return r is not None
+
+    async def pod_events(self, namespace: str, name: str) -> list[Obj]:
+        sel = f"involvedObject.kind=Pod,involvedObject.name={name}"
+        r = await self._call(self.core.list_namespaced_event, namespace, field_selector=sel)
+        return [self._dict(i) for i in (r.items if r is not None else [])]

@@ -1,0 +1,52 @@
+"""Labels and annotations that mark gpusessions objects and their owner.
+
+Every object carries `app.kubernetes.io/managed-by: gpusessions`, its
+component, and the user's and server's names: label-safe slugs (for one label
+query per user) plus the exact names in annotations (to tell owners apart when
+two names slug alike).
+"""
+
+from __future__ import annotations
+
+from kubespawner.slugs import is_valid_label, safe_slug
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+COMPONENT = "app.kubernetes.io/component"
+USER_LABEL = "hub.jupyter.org/username"
+SERVER_LABEL = "hub.jupyter.org/servername"
+USER_ANNOTATION = "gpusessions.io/user"
+SERVER_ANNOTATION = "gpusessions.io/server"
+REQUEST_HASH = "gpusessions.io/request-hash"
+PROFILE_ANNOTATION = "gpusessions.io/profile"
+CLAIM_ANNOTATION = "gpusessions.io/claim"
+MANAGER = "gpusessions"
+
+
+def label_value(name: str) -> str:
+    """A valid label value for any name (KubeSpawner's safe slug: escaped and hashed when needed)."""
+    return str(safe_slug(name, is_valid=is_valid_label)) if name else ""
+
+
+def owner_labels(component: str, username: str, servername: str) -> dict[str, str]:
+    return {
+        MANAGED_BY: MANAGER,
+        COMPONENT: component,
+        USER_LABEL: label_value(username),
+        SERVER_LABEL: label_value(servername),
+    }
+
+
+def owner_annotations(username: str, servername: str) -> dict[str, str]:
+    return {USER_ANNOTATION: username, SERVER_ANNOTATION: servername}
+
+
+def owned_by(obj_metadata: dict[str, object], username: str, servername: str) -> bool:
+    """True if the object is ours and belongs to exactly this user's server."""
+    labels = obj_metadata.get("labels") or {}
+    ann = obj_metadata.get("annotations") or {}
+    assert isinstance(labels, dict) and isinstance(ann, dict)
+    return (
+        labels.get(MANAGED_BY) == MANAGER
+        and ann.get(USER_ANNOTATION) == username
+        and ann.get(SERVER_ANNOTATION, "") == servername
+    )

@@ -1,0 +1,52 @@
+"""What a user waiting for a GPU is told, in words (pure functions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .claims import allocated_devices, allocated_node
+
+Obj = dict[str, Any]
+
+
+def waiting(what: str, holder: Obj | None) -> str:
+    reason = scheduler_message(holder)
+    base = f"Waiting for a GPU ({what})"
+    return f"{base}: {reason}" if reason else f"{base} ..."
+
+
+def scheduler_message(pod: Obj | None) -> str:
+    """The scheduler's reason a pod is not placed yet, made readable."""
+    for c in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            msg = str(c.get("message") or c.get("reason") or "")
+            if "cannot allocate all claims" in msg:
+                return f"none free right now (scheduler: {msg.strip()})"
+            return f"not placed yet (scheduler: {msg.strip()})" if msg else ""
+    return ""
+
+
+def device_summary(claim: Obj, describe: dict[tuple[str, str], str] | None = None) -> str:
+    devs = allocated_devices(claim)
+    names = [f"{pool}/{dev}" for _, pool, dev in devs]
+    return ", ".join(names)
+
+
+def allocated(what: str, claim: Obj) -> str:
+    node = allocated_node(claim) or "?"
+    return f"GPU allocated: {what}, device {device_summary(claim)} on node {node}"
+
+
+def kept(what: str, claim: Obj) -> str:
+    node = allocated_node(claim) or "?"
+    return (
+        f"GPU kept from your last start, reattaching: {what}, device {device_summary(claim)} on node {node}"
+    )
+
+
+def timed_out(what: str, seconds: float, holder: Obj | None, claim: Obj | None) -> str:
+    seen = scheduler_message(holder) or "the claim was never allocated"
+    return (
+        f"No GPU ({what}) became free within {seconds:.0f} seconds; {seen}. "
+        "Your request was withdrawn: try again later or pick another size."
+    )

@@ -1,0 +1,234 @@
+"""The lifecycle of one server's GPU: claim, holder, allocation, release.
+
+`GPUSession` is driven by the spawner but knows nothing of JupyterHub: it
+takes names, the GPU request and holder settings, talks to the API through
+`SessionAPI`, and reports progress through a callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import claims as C
+from . import labels as L
+from . import progress as P
+from .kube import Conflict, SessionAPI
+
+Obj = dict[str, Any]
+
+
+class Refused(Exception):
+    """An expected refusal the user should read (becomes a SpawnException)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class SessionNames:
+    namespace: str
+    claim: str
+    holder: str
+    username: str
+    servername: str
+    profile: str = ""
+
+
+@dataclass
+class Allocation:
+    claim: Obj
+    kept: bool
+    node: str | None = field(init=False)
+    devices: list[tuple[str, str, str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.node = C.allocated_node(self.claim)
+        self.devices = C.allocated_devices(self.claim)
+
+
+class GPUSession:
+    def __init__(
+        self,
+        api: SessionAPI,
+        names: SessionNames,
+        request: C.GPURequest,
+        holder: C.HolderSettings,
+        emit: Callable[[str], None],
+        log: logging.Logger | logging.LoggerAdapter[Any] | None = None,
+        extra_labels: dict[str, str] | None = None,
+        poll_interval: float = 0.5,
+    ):
+        self.api = api
+        self.n = names
+        self.request = request
+        self.holder = holder
+        self.emit = emit
+        self.log = log or logging.getLogger("gpusessions")
+        self.extra_labels = extra_labels or {}
+        self.poll = poll_interval
+        self.what = request.describe()
+
+    # -- start -----------------------------------------------------------------------
+    async def ensure(self, timeout: float) -> Allocation:
+        await self._check_offered()
+        claim, kept = await self._ensure_claim()
+        await self._ensure_holder()
+        if kept and C.allocation(claim):
+            self.emit(P.kept(self.what, claim))
+            return Allocation(claim, kept=True)
+        self.emit(f"Waiting for a GPU ({self.what}) ...")
+        claim = await self._wait_allocated(timeout)
+        self.emit(P.allocated(self.what, claim))
+        return Allocation(claim, kept=False)
+
+    async def _check_offered(self) -> None:
+        for dc in self.request.device_classes():
+            if await self.api.get_device_class(dc) is None:
+                raise Refused(
+                    f"The GPU size '{self.what}' is not offered on this cluster "
+                    f"(DeviceClass '{dc}' does not exist). Ask your admin, or pick another size.",
+                    reason="gpu-size-unknown",
+                )
+
+    def _owned(self, obj: Obj) -> bool:
+        return L.owned_by(obj.get("metadata") or {}, self.n.username, self.n.servername)
+
+    async def _ensure_claim(self) -> tuple[Obj, bool]:
+        """The claim for this request: adopted if ours and matching, else (re)created."""
+        for _ in range(3):
+            existing = await self.api.get_claim(self.n.namespace, self.n.claim)
+            if existing is not None:
+                if not self._owned(existing):
+                    raise Refused(
+                        f"A ResourceClaim named {self.n.claim} already exists in {self.n.namespace} "
+                        "and does not belong to this server; nothing was changed. Ask your admin.",
+                        reason="claim-conflict",
+                    )
+                if existing["metadata"].get("deletionTimestamp"):
+                    self.emit("Your previous GPU is still being released ...")
+                    await self._wait_claim_gone(60)
+                    continue
+                if C.claim_matches(existing, self.request):
+                    return existing, True
+                self.emit("You picked another GPU size: releasing the GPU you had ...")
+                await self.release(wait=True)
+                continue
+            body = C.build_claim(
+                self.n.claim,
+                self.n.namespace,
+                self.request,
+                self.n.username,
+                self.n.servername,
+                self.n.profile,
+                self.extra_labels,
+            )
+            try:
+                self.log.info("Creating ResourceClaim %s/%s (%s)", self.n.namespace, self.n.claim, self.what)
+                return await self.api.create_claim(body), False
+            except Conflict:
+                continue  # created meanwhile (another hub process?): decide again
+        raise Refused(
+            f"Could not create the GPU claim {self.n.claim}: it keeps changing.", reason="claim-conflict"
+        )
+
+    async def _ensure_holder(self) -> Obj:
+        for _ in range(3):
+            pod = await self.api.get_pod(self.n.namespace, self.n.holder)
+            if pod is not None:
+                if not self._owned(pod):
+                    raise Refused(
+                        f"A pod named {self.n.holder} already exists in {self.n.namespace} and does not "
+                        "belong to this server; nothing was changed. Ask your admin.",
+                        reason="holder-conflict",
+                    )
+                phase = (pod.get("status") or {}).get("phase")
+                ann = (pod["metadata"].get("annotations") or {}).get(L.CLAIM_ANNOTATION)
+                if (
+                    pod["metadata"].get("deletionTimestamp")
+                    or phase in ("Succeeded", "Failed")
+                    or (ann != self.n.claim)
+                ):
+                    await self.api.delete_pod(self.n.namespace, self.n.holder, grace_seconds=0)
+                    await self._wait_pod_gone(60)
+                    continue
+                return pod
+            body = C.build_holder_pod(
+                self.n.holder,
+                self.n.namespace,
+                self.n.claim,
+                self.holder,
+                self.n.username,
+                self.n.servername,
+                self.extra_labels,
+            )
+            try:
+                self.log.info("Creating holder pod %s/%s", self.n.namespace, self.n.holder)
+                return await self.api.create_pod(body)
+            except Conflict:
+                continue
+        raise Refused(
+            f"Could not create the holder pod {self.n.holder}: it keeps changing.", reason="holder-conflict"
+        )
+
+    async def _wait_allocated(self, timeout: float) -> Obj:
+        deadline = time.monotonic() + timeout
+        last_msg = ""
+        holder: Obj | None = None
+        claim: Obj | None = None
+        while True:
+            claim = await self.api.get_claim(self.n.namespace, self.n.claim)
+            if claim is None:
+                raise Refused(
+                    "Your GPU claim was deleted while waiting (released by an admin?).",
+                    reason="claim-deleted",
+                )
+            if C.allocation(claim) and self.n.holder in C.reserved_for(claim):
+                return claim
+            holder = await self.api.get_pod(self.n.namespace, self.n.holder)
+            msg = P.waiting(self.what, holder)
+            if msg != last_msg:
+                self.emit(msg)
+                last_msg = msg
+            if time.monotonic() >= deadline:
+                text = P.timed_out(self.what, timeout, holder, claim)
+                self.log.info("GPU allocation timed out for %s: %s", self.n.claim, text)
+                await self.release(wait=False)
+                raise Refused(text, reason="gpu-timeout")
+            await asyncio.sleep(self.poll)
+
+    # -- release -----------------------------------------------------------------------
+    async def release(self, wait: bool = False) -> bool:
+        """Delete holder and claim (404 is fine). True if anything was there."""
+        had_holder = await self.api.delete_pod(self.n.namespace, self.n.holder, grace_seconds=0)
+        had_claim = await self.api.delete_claim(self.n.namespace, self.n.claim)
+        if wait:
+            await self._wait_pod_gone(60)
+            await self._wait_claim_gone(60)
+        return had_holder or had_claim
+
+    async def _wait_claim_gone(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while await self.api.get_claim(self.n.namespace, self.n.claim) is not None:
+            if time.monotonic() > deadline:
+                raise Refused(
+                    f"Your previous GPU claim {self.n.claim} is still being released; try again soon.",
+                    reason="claim-releasing",
+                )
+            await asyncio.sleep(self.poll)
+
+    async def _wait_pod_gone(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while await self.api.get_pod(self.n.namespace, self.n.holder) is not None:
+            if time.monotonic() > deadline:
+                raise Refused(
+                    f"The holder pod {self.n.holder} is still stopping; try again soon.",
+                    reason="holder-stopping",
+                )
+            await asyncio.sleep(self.poll)

@@ -1,0 +1,182 @@
+"""Helpers for tests that drive a real JupyterHub through its REST API."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from localcluster import waits
+from localcluster.hubproc import Hub, start_hub
+from localcluster.kubeapi import KubeAPI
+
+GPU_HUB_CONFIG = """
+from gpusessions.handlers import configure_hub
+from gpusessions.profiles import default_profiles, mig_profile
+
+c.JupyterHub.spawner_class = "gpusessions"
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = "test-password"
+c.JupyterHub.allow_named_servers = True
+c.JupyterHub.cleanup_servers = False
+c.Authenticator.admin_users = {{"admin"}}
+c.Authenticator.allow_all = True
+c.KubeSpawner.namespace = {namespace!r}
+c.KubeSpawner.image = "quay.io/jupyterhub/singleuser:5"
+c.KubeSpawner.start_timeout = 60
+c.KubeSpawner.http_timeout = 60
+c.GPUSessionSpawner.gpu_allocation_timeout = 60
+
+EXTRA = [
+    {{
+        "display_name": "Nothing this big", "slug": "huge",
+        "kubespawner_override": {{
+            "gpu_device_class": "gpu.nvidia.com",
+            "gpu_selectors": ["device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('200Gi')) >= 0"],
+            "gpu_allocation_timeout": 4,
+        }},
+    }},
+    {{
+        "display_name": "Unknown class", "slug": "tpu",
+        "kubespawner_override": {{"gpu_device_class": "tpu.example.com"}},
+    }},
+    {{
+        "display_name": "Absurd count", "slug": "absurd",
+        "kubespawner_override": {{"gpu_device_class": "mig.nvidia.com", "gpu_count": 1000}},
+    }},
+    {{
+        "display_name": "With options", "slug": "opts",
+        "kubespawner_override": {{
+            "gpu_device_class": "mig.nvidia.com",
+            "gpu_selectors": ["device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"],
+        }},
+        "profile_options": {{
+            "count": {{"display_name": "Devices", "choices": {{
+                "1": {{"display_name": "one", "kubespawner_override": {{"gpu_count": 1}}}},
+                "2": {{"display_name": "two", "kubespawner_override": {{"gpu_count": 2}}}},
+            }}}},
+            "image": {{"display_name": "Image", "choices": {{
+                "default": {{"display_name": "default", "kubespawner_override": {{}}}},
+            }}, "unlisted_choice": {{
+                "enabled": True,
+                "validation_regex": "quay[.]io/jupyterhub/singleuser:[0-9.]+",
+                "kubespawner_override": {{"image": "{{value}}"}},
+            }}}},
+        }},
+    }},
+    mig_profile("1g.10gb", "no release at stop", keep_gpu_on_stop=False) | {{"slug": "mig-nokeep"}},
+]
+SECRET = {{"display_name": "Admins only", "slug": "secret", "kubespawner_override": {{}}}}
+
+
+def profiles(spawner):
+    out = default_profiles() + EXTRA
+    if spawner.user.admin:
+        out = out + [SECRET]
+    return out
+
+
+c.KubeSpawner.profile_list = profiles
+configure_hub(c)
+"""
+
+
+def gpu_hub(namespace: str, workdir: Path, ports: tuple[int, int, int] | None = None) -> Hub:
+    """A hub with GPUSessionSpawner; pass the ports of an earlier hub to restart it in place."""
+    return start_hub(GPU_HUB_CONFIG.format(namespace=namespace), workdir, ports=ports)
+
+
+def server_model(hub: Hub, user: str, server: str = "") -> dict[str, Any] | None:
+    code, body = hub.api("GET", f"/users/{user}")
+    if code != 200:
+        return None
+    return (body or {}).get("servers", {}).get(server)  # type: ignore[no-any-return]
+
+
+def server_path(user: str, server: str = "") -> str:
+    return f"/users/{user}/servers/{server}" if server else f"/users/{user}/server"
+
+
+def start(hub: Hub, user: str, options: dict[str, Any] | None, server: str = "") -> tuple[int, Any]:
+    hub.api("POST", f"/users/{user}")
+    return hub.api("POST", server_path(user, server), {"user_options": options})
+
+
+def wait_ready(hub: Hub, user: str, server: str = "", timeout: float = 90) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        m = server_model(hub, user, server)
+        return m if m and m.get("ready") else None
+
+    return waits.wait_for(ready, timeout, f"{user}/{server} to be ready", lambda: hub.log.read_text()[-4000:])
+
+
+def wait_stopped(hub: Hub, user: str, server: str = "", timeout: float = 60) -> None:
+    def stopped() -> bool:
+        m = server_model(hub, user, server)
+        return m is None or (not m.get("ready") and not m.get("pending"))
+
+    waits.wait_for(stopped, timeout, f"{user}/{server} to stop", lambda: hub.log.read_text()[-3000:])
+
+
+def spawn(hub: Hub, user: str, options: dict[str, Any] | None, server: str = "") -> dict[str, Any]:
+    code, body = start(hub, user, options, server)
+    assert code in (201, 202), (code, body)
+    return wait_ready(hub, user, server)
+
+
+def stop(hub: Hub, user: str, server: str = "") -> None:
+    code, body = hub.api("DELETE", server_path(user, server))
+    assert code in (202, 204), (code, body)
+    wait_stopped(hub, user, server)
+
+
+def progress_messages(
+    hub: Hub, user: str, server: str = "", timeout: float = 90, live: list[str] | None = None
+) -> list[str]:
+    """Read the server's progress event stream (as the spawn page does) until it ends.
+
+    With `live`, messages are appended there as they arrive (for a reader thread)."""
+    path = f"/users/{user}/servers/{server}/progress" if server else f"/users/{user}/server/progress"
+    req = urllib.request.Request(hub.hub_api + path, headers={"Authorization": f"token {hub.token}"})
+    messages: list[str] = [] if live is None else live
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if line.startswith("data:"):
+                ev = json.loads(line[5:])
+                if ev.get("message"):
+                    messages.append(ev["message"])
+                if ev.get("ready") or ev.get("failed"):
+                    break
+    return [] if live is not None else messages
+
+
+def notebook_get(hub: Hub, url_path: str) -> tuple[int, Any]:
+    req = urllib.request.Request(hub.url + url_path, headers={"Authorization": f"token {hub.token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, json.loads(r.read())
+
+
+def process_env(api: KubeAPI, namespace: str, pod: str) -> dict[str, str]:
+    """The environment of the pod's (first) process, read from /proc."""
+    events = waits.events_for(api, namespace, "Pod", pod)
+    pids = [int(m.group(1)) for e in events if (m := re.search(r"Started container .*\(pid (\d+)", e))]
+    assert pids, events
+    with open(f"/proc/{pids[-1]}/environ", "rb") as f:
+        items = [kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv]
+    return {k.decode(): v.decode() for k, v in items}
+
+
+def gpu_objects(api: KubeAPI, namespace: str) -> dict[str, list[dict[str, Any]]]:
+    sel = "app.kubernetes.io/managed-by=gpusessions"
+    return {
+        "claims": api.list("ResourceClaim", namespace, label_selector=sel)["items"],
+        "holders": api.list("Pod", namespace, label_selector=sel + ",app.kubernetes.io/component=holder")[
+            "items"
+        ],
+        "notebooks": api.list("Pod", namespace, label_selector=sel + ",app.kubernetes.io/component=notebook")[
+            "items"
+        ],
+    }

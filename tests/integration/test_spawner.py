@@ -1,0 +1,286 @@
+"""GPUSessionSpawner on the local cluster with a real JupyterHub and proxy."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localcluster import waits
+from localcluster.hubproc import Hub
+from localcluster.kubeapi import KubeAPI
+
+from .hubtools import (
+    gpu_hub,
+    gpu_objects,
+    notebook_get,
+    process_env,
+    progress_messages,
+    server_model,
+    spawn,
+    start,
+    stop,
+    wait_ready,
+)
+
+pytestmark = pytest.mark.cluster
+ONE_G = {"profile": "mig-1g-10gb"}
+
+
+@pytest.fixture
+def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
+    h = gpu_hub(namespace, tmp_path / "hub")
+    yield h
+    h.stop()
+
+
+def _claim(api: KubeAPI, ns: str, name: str) -> dict:
+    return api.get("ResourceClaim", name, ns)
+
+
+def _devices(claim: dict) -> list[tuple[str, str]]:
+    return [(r["pool"], r["device"]) for r in claim["status"]["allocation"]["devices"]["results"]]
+
+
+def test_mig_session_reaches_notebook_and_keeps_its_device_across_restarts(
+    hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    model = spawn(hub, "alice", ONE_G)
+    objs = gpu_objects(api, namespace)
+    assert [c["metadata"]["name"] for c in objs["claims"]] == ["gpu-alice"]
+    assert [h["metadata"]["name"] for h in objs["holders"]] == ["gpu-holder-alice"]
+    claim = _claim(api, namespace, "gpu-alice")
+    assert claim["metadata"]["labels"]["hub.jupyter.org/username"] == "alice"
+    assert claim["metadata"]["annotations"]["gpusessions.io/user"] == "alice"
+    first = _devices(claim)
+    assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == ["gpu-holder-alice", "jupyter-alice"]
+
+    # The notebook pod references the claim; the notebook process sees the device.
+    nb = api.get("Pod", "jupyter-alice", namespace)
+    assert nb["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "gpu-alice"}]
+    assert nb["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpu"}]
+    assert (
+        nb["spec"]["nodeName"]
+        == claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][
+            0
+        ]
+    )
+    env = process_env(api, namespace, "jupyter-alice")
+    holder_env = process_env(api, namespace, "gpu-holder-alice")
+    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert env["NVIDIA_VISIBLE_DEVICES"] == holder_env["NVIDIA_VISIBLE_DEVICES"]
+    assert env["GPUSESSIONS_CLAIM"] == "gpu-alice"
+    assert env["GPUSESSIONS_PROFILE"] == "mig-1g-10gb"
+    assert env["GPUSESSIONS_GPU"] == "MIG 1g.10gb"
+    assert env["GPUSESSIONS_DEVICES"] == ",".join(f"{p}/{d}" for p, d in first)
+    info = json.loads(Path(env["GPUSESSIONS_SESSION_FILE"]).read_text())
+    assert info["claim"] == "gpu-alice" and info["node"] == env["GPUSESSIONS_NODE"]
+    assert [(d["pool"], d["device"]) for d in info["devices"]] == first
+
+    # Through the proxy to jupyterhub-singleuser on the pod IP.
+    code, status = notebook_get(hub, model["url"] + "api/status")
+    assert code == 200 and "started" in status
+
+    holder = api.get("Pod", "gpu-holder-alice", namespace)
+    stop(hub, "alice")
+    waits.gone(api, "Pod", "jupyter-alice", namespace)
+    kept = _claim(api, namespace, "gpu-alice")
+    assert _devices(kept) == first, "the claim stays allocated while the server is stopped"
+    assert [r["name"] for r in kept["status"]["reservedFor"]] == ["gpu-holder-alice"]
+
+    code, _ = start(hub, "alice", ONE_G)
+    assert code in (201, 202)
+    wait_ready(hub, "alice")
+    # A restart is quick: the spawn may be over before a page could read the progress stream,
+    # so read the same messages from the hub log.
+    log = hub.log.read_text()
+    assert "alice: GPU kept from your last start, reattaching: MIG 1g.10gb, device gpu-node-0/" in log
+    assert _devices(_claim(api, namespace, "gpu-alice")) == first
+    holder2 = api.get("Pod", "gpu-holder-alice", namespace)
+    assert holder2["metadata"]["uid"] == holder["metadata"]["uid"]
+    assert holder2["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert (
+        process_env(api, namespace, "jupyter-alice")["NVIDIA_VISIBLE_DEVICES"]
+        == env["NVIDIA_VISIBLE_DEVICES"]
+    )
+
+
+def test_progress_tells_the_wait_and_the_allocation(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    """Every 3g.40gb place is taken; the user is told so, then told when one frees up."""
+    from localcluster.shapes import gpu_uuid
+    from localcluster.testing import claim, exec_pod
+
+    blockers = {
+        "b-static": [
+            "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'",
+            f"device.attributes['gpu.nvidia.com'].parentUUID == '{gpu_uuid('gpu-node-0', 0)}'",
+        ],
+        "b-whole": [f"device.attributes['gpu.nvidia.com'].uuid == '{gpu_uuid('gpu-node-0', 1)}'"],
+    }
+    for name, sels in blockers.items():
+        api.create(claim(name, "gpu.nvidia.com" if name == "b-whole" else "mig.nvidia.com", sels), namespace)
+        api.create(exec_pod(name, claim_name=name, command=["sleep", "3600"]), namespace)
+        waits.claim_allocated(api, namespace, name)
+
+    result: dict = {}
+    starter = threading.Thread(target=lambda: result.update(r=start(hub, "bob", {"profile": "mig-3g-40gb"})))
+    starter.start()
+    waits.wait_for(lambda: (server_model(hub, "bob") or {}).get("pending") == "spawn", 30, "bob pending")
+    messages: list[str] = []
+    reader = threading.Thread(target=lambda: messages.extend(progress_messages(hub, "bob", live=messages)))
+    reader.start()
+    waits.wait_for(
+        lambda: any("none free right now" in m for m in messages),
+        30,
+        "the waiting message",
+        lambda: str(messages),
+    )
+    api.delete("Pod", "b-whole", namespace)
+    reader.join(90)
+    starter.join(30)
+    wait_ready(hub, "bob")
+    waiting = next(m for m in messages if "none free right now" in m)
+    assert waiting.startswith("Waiting for a GPU (MIG 3g.40gb): none free right now (scheduler: 0/1 nodes")
+    allocated = [
+        m for m in messages if m.startswith("GPU allocated: MIG 3g.40gb, device gpu-node-0/gpu-1-mig")
+    ]
+    assert allocated and allocated[0].endswith("on node gpu-node-0"), messages
+    assert messages.index(waiting) < messages.index(allocated[0])
+
+
+def test_changing_the_profile_releases_the_old_device(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    spawn(hub, "carol", ONE_G)
+    old = _claim(api, namespace, "gpu-carol")
+    stop(hub, "carol")
+    spawn(hub, "carol", {"profile": "mig-3g-40gb"})
+    new = _claim(api, namespace, "gpu-carol")
+    assert new["metadata"]["uid"] != old["metadata"]["uid"], "the old claim is gone, a new one made"
+    assert _devices(new) != _devices(old)
+    assert "3g40gb" in _devices(new)[0][1]
+    assert len(gpu_objects(api, namespace)["claims"]) == 1
+
+
+def test_named_servers_get_their_own_claims_and_deleting_one_frees_it(
+    hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    spawn(hub, "dave", ONE_G)
+    spawn(hub, "dave", ONE_G, server="exp1")
+    names = sorted(c["metadata"]["name"] for c in gpu_objects(api, namespace)["claims"])
+    assert names == ["gpu-dave", "gpu-dave--exp1"]
+    assert _devices(_claim(api, namespace, "gpu-dave")) != _devices(_claim(api, namespace, "gpu-dave--exp1"))
+    code, body = hub.api("DELETE", "/users/dave/servers/exp1", {"remove": True})
+    assert code in (202, 204), body
+    waits.gone(api, "ResourceClaim", "gpu-dave--exp1", namespace)
+    waits.gone(api, "Pod", "gpu-holder-dave--exp1", namespace)
+    assert api.get_or_none("ResourceClaim", "gpu-dave", namespace) is not None
+
+
+def test_no_capacity_is_a_clear_refusal_not_a_timeout(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    code, _ = start(hub, "erin", {"profile": "huge"})
+    messages = progress_messages(hub, "erin") if code == 202 else []
+    model = server_model(hub, "erin")
+    assert model is None or not model.get("ready")
+    text = " ".join(messages) + hub.log.read_text()
+    assert "No GPU (whole GPU) became free within 4 seconds" in text
+    assert "none free right now" in text
+    objs = gpu_objects(api, namespace)
+    assert objs["claims"] == [] and objs["holders"] == [], "a refused request leaves nothing behind"
+
+
+def test_a_size_the_cluster_does_not_offer_is_refused_at_once(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    code, body = start(hub, "frank", {"profile": "tpu"})
+    assert code == 400, (code, body)
+    assert "not offered on this cluster" in body["message"]
+    assert "DeviceClass 'tpu.example.com' does not exist" in body["message"]
+    assert gpu_objects(api, namespace)["claims"] == []
+
+
+def test_stop_releases_when_the_profile_says_so(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    spawn(hub, "gina", {"profile": "mig-nokeep"})
+    assert api.get_or_none("ResourceClaim", "gpu-gina", namespace)
+    stop(hub, "gina")
+    waits.gone(api, "ResourceClaim", "gpu-gina", namespace)
+    waits.gone(api, "Pod", "gpu-holder-gina", namespace)
+
+
+def test_release_my_gpu_endpoint(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    spawn(hub, "hank", ONE_G)
+    # Another user may not release hank's GPU.
+    hub.api("POST", "/users/ivy")
+    code, tok = hub.api("POST", "/users/ivy/tokens", {"note": "t"})
+    assert code == 201
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(
+        hub.hub_api + "/gpusessions/users/hank/release",
+        data=b"",
+        method="POST",
+        headers={"Authorization": f"token {tok['token']}"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    assert err.value.code in (403, 404)
+    assert api.get_or_none("ResourceClaim", "gpu-hank", namespace) is not None
+    # ... but her own (she holds none).
+    req = urllib.request.Request(
+        hub.hub_api + "/gpusessions/users/ivy/release",
+        data=b"",
+        method="POST",
+        headers={"Authorization": f"token {tok['token']}"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert json.loads(r.read()) == {"released": False, "stopped": False, "claim": ""}
+    # The admin (service token with admin scopes) can.
+    code, body = hub.api("POST", "/gpusessions/users/hank/release")
+    assert code == 200, body
+    assert body == {"released": True, "stopped": True, "claim": "gpu-hank"}
+    waits.gone(api, "ResourceClaim", "gpu-hank", namespace)
+    waits.gone(api, "Pod", "gpu-holder-hank", namespace)
+    assert not (server_model(hub, "hank") or {}).get("ready")
+    code, body = hub.api("POST", "/gpusessions/users/hank/release")
+    assert code == 200 and body["released"] is False
+
+
+def test_hub_restart_while_running_and_while_stopped_loses_and_duplicates_nothing(
+    hub: Hub, api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    spawn(hub, "jill", ONE_G)
+    before = _claim(api, namespace, "gpu-jill")
+    holder = api.get("Pod", "gpu-holder-jill", namespace)
+    nb = api.get("Pod", "jupyter-jill", namespace)
+    hub.stop()
+    hub2 = gpu_hub(namespace, hub.workdir, hub.ports)
+    try:
+        model = wait_ready(hub2, "jill")
+        assert api.get("Pod", "jupyter-jill", namespace)["metadata"]["uid"] == nb["metadata"]["uid"]
+        code, _ = notebook_get(hub2, model["url"] + "api/status")
+        assert code == 200
+        stop(hub2, "jill")
+        hub2.stop()
+        hub3 = gpu_hub(namespace, hub.workdir, hub.ports)
+        try:
+            spawn(hub3, "jill", ONE_G)
+            after = _claim(api, namespace, "gpu-jill")
+            assert after["metadata"]["uid"] == before["metadata"]["uid"]
+            assert _devices(after) == _devices(before)
+            assert (
+                api.get("Pod", "gpu-holder-jill", namespace)["metadata"]["uid"] == holder["metadata"]["uid"]
+            )
+            objs = gpu_objects(api, namespace)
+            assert (len(objs["claims"]), len(objs["holders"]), len(objs["notebooks"])) == (1, 1, 1)
+        finally:
+            hub3.stop()
+    finally:
+        hub2.stop()
+
+
+def test_cpu_profile_spawns_like_kubespawner(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    spawn(hub, "kim", {"profile": "cpu"})
+    pod = api.get("Pod", "jupyter-kim", namespace)
+    assert "resourceClaims" not in pod["spec"]
+    assert gpu_objects(api, namespace)["claims"] == []
+    assert "NVIDIA_VISIBLE_DEVICES" not in process_env(api, namespace, "jupyter-kim")
