@@ -14,6 +14,7 @@ import os
 import secrets
 import signal
 import sys
+import time
 
 from . import cluster
 from .hubproc import HubError, start_hub
@@ -42,11 +43,11 @@ def _print(info: dict[str, object]) -> None:
     print(f"  gpusessions demo is up:  {info['url']}")
     print(f"  log in as one of {', '.join(USERS)} (users) or 'admin', password: {info['password']}")
     print(f"  details: {HUB_JSON}   hub log: {DEMO_DIR / 'jupyterhub.log'}")
-    print("  stop everything with:  make demo-down")
+    print("  stop everything with Ctrl-C here (or 'make demo-down' from another shell)")
     print()
 
 
-def up() -> int:
+def up(foreground: bool = True) -> int:
     paths = ClusterPaths.default()
     cluster.up("demo", paths=paths)
     info = _running()
@@ -82,7 +83,28 @@ def up() -> int:
     HUB_JSON.write_text(json.dumps(info, indent=2))
     HUB_JSON.chmod(0o600)
     _print(info)
+    if foreground:
+        _wait_for_interrupt(hub.proc.pid)
+        print("\ndemo: stopping ...")
+        down()
     return 0
+
+
+def _wait_for_interrupt(hub_pid: int) -> None:
+    """Block until Ctrl-C / SIGTERM, or until the hub is gone (then say so)."""
+    stop = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    while not stop:
+        if not alive(hub_pid):
+            print(f"demo: JupyterHub exited; see {DEMO_DIR / 'jupyterhub.log'}", file=sys.stderr)
+            return
+        time.sleep(0.5)
 
 
 def down() -> int:
@@ -103,9 +125,10 @@ def down() -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="localcluster.demo")
     ap.add_argument("action", choices=["up", "down"])
+    ap.add_argument("--background", action="store_true", help="start and return (stop with 'down')")
     args = ap.parse_args(argv)
     try:
-        return up() if args.action == "up" else down()
+        return up(foreground=not args.background) if args.action == "up" else down()
     except (cluster.ClusterError, HubError) as e:
         print(f"demo: error: {e}", file=sys.stderr)
         return 1

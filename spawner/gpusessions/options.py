@@ -50,11 +50,10 @@ def validate(user_options: Any, profile_list: list[dict[str, Any]]) -> dict[str,
     if not profile_list:
         raise InvalidOptions(f"This hub offers no options; got {', '.join(_show(k) for k in user_options)}.")
     slugs = [p["slug"] for p in profile_list]
-    slug = user_options.get("profile")
-    if slug is None:
+    if "profile" not in user_options:
         profile = next((p for p in profile_list if p.get("default")), profile_list[0])
     else:
-        slug = _check_value("profile", slug)
+        slug = _check_value("profile", user_options["profile"])
         matches = [p for p in profile_list if p["slug"] == slug]
         if not matches:
             raise InvalidOptions(f"Unknown profile '{_show(slug)}'. Available to you: {', '.join(slugs)}.")
@@ -73,6 +72,10 @@ def validate(user_options: Any, profile_list: list[dict[str, Any]]) -> dict[str,
         unlisted_key = f"{name}--unlisted-choice"
         choice = user_options.get(name)
         unlisted = user_options.get(unlisted_key)
+        if name in user_options and choice is None:
+            raise InvalidOptions(f"Option '{_show(name)}' must be a string, not null.")
+        if unlisted_key in user_options and unlisted is None:
+            raise InvalidOptions(f"Option '{_show(unlisted_key)}' must be a string, not null.")
         if choice is not None and unlisted is not None:
             raise InvalidOptions(f"Give either a choice or an other value for '{name}', not both.")
         if unlisted is not None:

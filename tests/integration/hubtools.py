@@ -67,6 +67,15 @@ EXTRA = [
         }},
     }},
     mig_profile("1g.10gb", "no release at stop", keep_gpu_on_stop=False) | {{"slug": "mig-nokeep"}},
+    {{
+        "display_name": "First available", "slug": "firstavail",
+        "kubespawner_override": {{"gpu_first_available": [
+            {{"device_class": "mig.nvidia.com",
+              "selectors": ["device.attributes['gpu.nvidia.com'].profile == '9g.99gb'"]}},
+            {{"device_class": "mig.nvidia.com",
+              "selectors": ["device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"]}},
+        ]}},
+    }},
 ]
 SECRET = {{"display_name": "Admins only", "slug": "secret", "kubespawner_override": {{}}}}
 

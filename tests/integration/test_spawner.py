@@ -284,3 +284,27 @@ def test_cpu_profile_spawns_like_kubespawner(hub: Hub, api: KubeAPI, namespace: 
     assert "resourceClaims" not in pod["spec"]
     assert gpu_objects(api, namespace)["claims"] == []
     assert "NVIDIA_VISIBLE_DEVICES" not in process_env(api, namespace, "jupyter-kim")
+
+
+def test_first_available_takes_the_first_alternative_that_exists(
+    hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    spawn(hub, "lena", {"profile": "firstavail"})
+    claim = _claim(api, namespace, "gpu-lena")
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert result["request"] == "gpu/alt1"
+    assert "1g10gb" in result["device"]
+    assert process_env(api, namespace, "jupyter-lena")["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+
+
+def test_a_claim_that_is_not_ours_is_never_adopted(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    from localcluster.testing import claim
+
+    api.create(claim("gpu-mike", "mig.nvidia.com"), namespace)
+    before = api.get("ResourceClaim", "gpu-mike", namespace)
+    code, body = start(hub, "mike", ONE_G)
+    assert code == 400, (code, body)
+    assert "already exists" in body["message"] and "does not belong to this server" in body["message"]
+    after = api.get("ResourceClaim", "gpu-mike", namespace)
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert api.get_or_none("Pod", "gpu-holder-mike", namespace) is None
