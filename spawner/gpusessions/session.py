@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,21 +214,26 @@ class GPUSession:
         return had_holder or had_claim
 
     async def _wait_claim_gone(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while await self.api.get_claim(self.n.namespace, self.n.claim) is not None:
-            if time.monotonic() > deadline:
-                raise Refused(
-                    f"Your previous GPU claim {self.n.claim} is still being released; try again soon.",
-                    reason="claim-releasing",
-                )
-            await asyncio.sleep(self.poll)
+        await self._wait_gone(
+            lambda: self.api.get_claim(self.n.namespace, self.n.claim),
+            timeout,
+            f"Your previous GPU claim {self.n.claim} is still being released; try again soon.",
+            "claim-releasing",
+        )
 
     async def _wait_pod_gone(self, timeout: float) -> None:
+        await self._wait_gone(
+            lambda: self.api.get_pod(self.n.namespace, self.n.holder),
+            timeout,
+            f"The holder pod {self.n.holder} is still stopping; try again soon.",
+            "holder-stopping",
+        )
+
+    async def _wait_gone(
+        self, get: Callable[[], Awaitable[Obj | None]], timeout: float, message: str, reason: str
+    ) -> None:
         deadline = time.monotonic() + timeout
-        while await self.api.get_pod(self.n.namespace, self.n.holder) is not None:
+        while await get() is not None:
             if time.monotonic() > deadline:
-                raise Refused(
-                    f"The holder pod {self.n.holder} is still stopping; try again soon.",
-                    reason="holder-stopping",
-                )
+                raise Refused(message, reason=reason)
             await asyncio.sleep(self.poll)
