@@ -1,0 +1,243 @@
+"""How many sessions of each GPU size can start now (pure functions).
+
+Inputs are plain dicts as the API returns them: ResourceSlices, allocated
+ResourceClaims and DeviceClasses. A size is the conjunction of its
+DeviceClass's selectors and the profile's selectors, read as structured
+matches (`sizes.parse_cel`); a size whose CEL is of another form is reported
+as unknown rather than guessed.
+
+Counting follows the scheduler's allocator: devices are taken first-fit in
+slice order; a device is free when no claim has it; a device that consumes
+counters (partitionable GPUs) fits only while its pool's counter set has
+enough left after what allocated devices consume. So "N free" means N claims
+of that size can be allocated now, one after another.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from .claims import GPURequest
+from .sizes import DeviceMatch, parse_cel, quantity
+
+Obj = dict[str, Any]
+DeviceKey = tuple[str, str, str]  # driver, pool, device
+CounterKey = tuple[str, str, str]  # driver, pool, counter set
+
+
+@dataclass
+class Inventory:
+    """Devices and counters of all slices, in the order the scheduler sees them."""
+
+    devices: list[tuple[DeviceKey, Obj]] = field(default_factory=list)
+    by_key: dict[DeviceKey, Obj] = field(default_factory=dict)
+    counters: dict[CounterKey, dict[str, Fraction]] = field(default_factory=dict)
+
+    @classmethod
+    def from_slices(cls, slices: Iterable[Obj]) -> Inventory:
+        inv = cls()
+        ordered = sorted(
+            slices,
+            key=lambda s: (s["spec"]["driver"], s["spec"]["pool"]["name"], s["metadata"]["name"]),
+        )
+        for s in ordered:
+            spec = s["spec"]
+            driver, pool = spec["driver"], spec["pool"]["name"]
+            for cs in spec.get("sharedCounters") or []:
+                inv.counters[(driver, pool, cs["name"])] = {
+                    k: quantity(v["value"]) for k, v in (cs.get("counters") or {}).items()
+                }
+            for d in spec.get("devices") or []:
+                key = (driver, pool, d["name"])
+                inv.devices.append((key, d))
+                inv.by_key[key] = d
+        return inv
+
+
+def allocated_devices(claims: Iterable[Obj]) -> set[DeviceKey]:
+    out: set[DeviceKey] = set()
+    for c in claims:
+        alloc = (c.get("status") or {}).get("allocation") or {}
+        for r in (alloc.get("devices") or {}).get("results") or []:
+            out.add((r["driver"], r["pool"], r["device"]))
+    return out
+
+
+def _consumption(key: DeviceKey, device: Obj) -> list[tuple[CounterKey, dict[str, Fraction]]]:
+    driver, pool, _ = key
+    return [
+        (
+            (driver, pool, c["counterSet"]),
+            {k: quantity(v["value"]) for k, v in (c.get("counters") or {}).items()},
+        )
+        for c in device.get("consumesCounters") or []
+    ]
+
+
+def remaining_counters(inv: Inventory, allocated: set[DeviceKey]) -> dict[CounterKey, dict[str, Fraction]]:
+    left = {k: dict(v) for k, v in inv.counters.items()}
+    for key in allocated:
+        dev = inv.by_key.get(key)
+        if dev is None:
+            continue
+        for cset, used in _consumption(key, dev):
+            for name, amount in used.items():
+                if cset in left and name in left[cset]:
+                    left[cset][name] -= amount
+    return left
+
+
+def size_match(
+    request_classes: list[str], selectors: list[str], classes: dict[str, Obj]
+) -> DeviceMatch | None:
+    """The structured match of (device class, selectors), or None when it cannot be read."""
+    if len(request_classes) != 1:
+        return None
+    dc = classes.get(request_classes[0])
+    if dc is None:
+        return None
+    exprs = [s["cel"]["expression"] for s in (dc.get("spec") or {}).get("selectors") or [] if "cel" in s]
+    exprs += selectors
+    match: DeviceMatch | None = None
+    for e in exprs:
+        m = parse_cel(e)
+        if m is None:
+            return None
+        match = m if match is None else match.merge(m)
+        if match is None:
+            return DeviceMatch(driver="(nothing)")  # contradictory: matches no device
+    return match or DeviceMatch()
+
+
+def count_free(
+    inv: Inventory,
+    match: DeviceMatch,
+    allocated: set[DeviceKey],
+    per_session: int = 1,
+    left: dict[CounterKey, dict[str, Fraction]] | None = None,
+) -> tuple[int, int, list[Obj]]:
+    """(sessions that can start now, sessions on an empty cluster, matching devices)."""
+    candidates = [(k, d) for k, d in inv.devices if match.matches(k[0], d)]
+    now = _greedy(candidates, allocated, left if left is not None else remaining_counters(inv, allocated))
+    total = _greedy(candidates, set(), {k: dict(v) for k, v in inv.counters.items()})
+    per = max(per_session, 1)
+    return now // per, total // per, [d for _, d in candidates]
+
+
+def _greedy(
+    candidates: list[tuple[DeviceKey, Obj]],
+    allocated: set[DeviceKey],
+    left: dict[CounterKey, dict[str, Fraction]],
+) -> int:
+    left = {k: dict(v) for k, v in left.items()}
+    taken = 0
+    for key, dev in candidates:
+        if key in allocated:
+            continue
+        need = _consumption(key, dev)
+        if all(
+            cset in left and all(left[cset].get(n, Fraction(0)) >= a for n, a in used.items())
+            for cset, used in need
+        ):
+            for cset, used in need:
+                for n, a in used.items():
+                    left[cset][n] -= a
+            taken += 1
+    return taken
+
+
+_MIG = re.compile(r"^(\d+)g\.(\d+)gb$")
+
+
+def compute_share(device: Obj | None, count: int) -> str:
+    if device is None:
+        return ""
+    profile = ((device.get("attributes") or {}).get("profile") or {}).get("string", "")
+    m = _MIG.match(profile)
+    if m:
+        share = f"{m.group(1)}/7 of a GPU"
+        return share if count == 1 else f"{count} x {share}"
+    return "1 whole GPU" if count == 1 else f"{count} whole GPUs"
+
+
+def device_memory(device: Obj | None) -> int | None:
+    cap = ((device or {}).get("capacity") or {}).get("memory")
+    return int(quantity(cap["value"])) if cap else None
+
+
+def profile_figures(
+    profile: Obj,
+    request: GPURequest,
+    inv: Inventory,
+    allocated: set[DeviceKey],
+    classes: dict[str, Obj],
+    left: dict[CounterKey, dict[str, Fraction]],
+) -> Obj:
+    """The figures the picker shows for one profile."""
+    base = {
+        "slug": profile["slug"],
+        "display_name": profile.get("display_name", profile["slug"]),
+        "description": profile.get("description", ""),
+        "default": bool(profile.get("default")),
+    }
+    if not request.wants_gpu:
+        return {
+            **base,
+            "gpu": None,
+            "state": "cpu",
+            "free": None,
+            "total": None,
+            "memory": None,
+            "compute": "",
+        }
+    alternatives = (
+        [(a.device_class, list(a.selectors), a.count) for a in request.first_available]
+        if request.first_available
+        else [(request.device_class, list(request.selectors), request.count)]
+    )
+    best: tuple[int, int, Obj | None, int] | None = None
+    for device_class, selectors, count in alternatives:
+        if device_class not in classes:
+            continue
+        match = size_match([device_class], selectors, classes)
+        if match is None:
+            return {
+                **base,
+                "gpu": request.describe(),
+                "state": "unknown",
+                "free": None,
+                "total": None,
+                "memory": None,
+                "compute": "",
+                "note": "this size uses a selector the picker cannot evaluate",
+            }
+        free, total, devices = count_free(inv, match, allocated, count, left)
+        cand = (free, total, devices[0] if devices else None, count)
+        if best is None or (cand[0], cand[1]) > (best[0], best[1]):
+            best = cand
+    if best is None:
+        return {
+            **base,
+            "gpu": request.describe(),
+            "state": "not-offered",
+            "free": 0,
+            "total": 0,
+            "memory": None,
+            "compute": "",
+        }
+    free, total, example, count = best
+    state = "free" if free > 0 else ("none-free" if total > 0 else "not-offered")
+    mem = device_memory(example)
+    return {
+        **base,
+        "gpu": request.describe(),
+        "state": state,
+        "free": free,
+        "total": total,
+        "memory": mem * count if mem is not None else None,
+        "compute": compute_share(example, count),
+    }
