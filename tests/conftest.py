@@ -52,6 +52,14 @@ def namespace(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[str]
     name = namespace_name(request.node.name)
     cluster.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
+    if not lc.healthy(cluster.paths):
+        st = lc.status(cluster.paths)
+        dead = [n for n, up in st.get("components", {}).items() if not up]
+        pytest.fail(
+            f"the local cluster broke during the test: {', '.join(dead) or 'apiserver'} not running; "
+            f"see {cluster.paths.logs}",
+            pytrace=False,
+        )
     # Pods first, without grace: the namespace controller would otherwise wait
     # out each pod's grace period before it deletes the rest.
     cluster.api.delete_collection("Pod", name, grace_period=0)

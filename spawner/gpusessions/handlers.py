@@ -56,7 +56,10 @@ class ReleaseGPUHandler(APIHandler):
 
 def handlers() -> list[tuple[str, Any]]:
     """Routes under the hub prefix (/hub/)."""
+    from .picker import AvailabilityHandler
+
     return [
+        (r"/api/gpusessions/availability", AvailabilityHandler),
         (r"/api/gpusessions/users/([^/]+)/release", ReleaseGPUHandler),
         (r"/api/gpusessions/users/([^/]+)/servers/([^/]+)/release", ReleaseGPUHandler),
     ]

@@ -30,7 +30,7 @@ from kubernetes_asyncio.client import (
     V1VolumeMount,
 )
 from kubespawner import KubeSpawner
-from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, validate
+from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
 
 from . import claims as C
 from . import labels as L
@@ -225,11 +225,27 @@ class GPUSessionSpawner(KubeSpawner):
 
     async def _options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
         """Validate a submitted form at once: a bad form gets a 400 and the form again, nothing starts."""
-        opts = super()._options_from_form(formdata)
+        # An empty optional field (e.g. "other image") is no choice at all.
+        formdata = {k: [v for v in vs if v != ""] for k, vs in formdata.items()}
+        opts = super()._options_from_form({k: vs for k, vs in formdata.items() if vs})
         try:
             return validate_options(opts, await self._profile_list_for_user())
         except InvalidOptions as e:
             raise SpawnException(str(e), reason="invalid-options") from None
+
+    @default("options_form")
+    def _gpusessions_options_form(self) -> Any:
+        """The picker: sizes with what is free now, rendered fresh for each view from the shared watch."""
+        if not self.profile_list:
+            return ""
+        return self._render_picker
+
+    async def _render_picker(self, spawner: Any) -> str:
+        from .picker import figures_for, render_form
+
+        profile_list = await self._profile_list_for_user()
+        figures = await figures_for(self, profile_list)
+        return render_form(profile_list, figures, self.hub.base_url)
 
     # -- start ----------------------------------------------------------------------------
     async def get_pod_manifest(self) -> Any:

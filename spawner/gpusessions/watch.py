@@ -1,0 +1,148 @@
+"""Shared list+watch caches of ResourceSlices, ResourceClaims (all namespaces)
+and DeviceClasses, one set per hub process, and the availability figures
+computed from them.
+
+Figures are recomputed only when a watched object changed (and at most once
+per `min_interval`), never per page view: a view reads the cached result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from kubernetes_asyncio import watch as k8s_watch
+from kubespawner.clients import load_config, shared_client
+
+from .availability import Inventory, allocated_devices, remaining_counters
+
+Obj = dict[str, Any]
+log = logging.getLogger("gpusessions.watch")
+
+
+def _key(obj: Obj) -> str:
+    md = obj["metadata"]
+    return f"{md.get('namespace', '')}/{md['name']}"
+
+
+class Cache:
+    """One kind, listed then watched; reconnects with back-off and relists after errors."""
+
+    def __init__(self, kind: str, list_method: Callable[..., Any], on_change: Callable[[], None]):
+        self.kind = kind
+        self.list_method = list_method
+        self.on_change = on_change
+        self.objects: dict[str, Obj] = {}
+        self.ready = asyncio.Event()
+        self.error: str | None = None
+
+    async def run(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                rv = await self._list()
+                delay = 0.5
+                self.error = None
+                w = k8s_watch.Watch()
+                method = partial(self.list_method, _preload_content=False)
+                async with w.stream(
+                    method, resource_version=rv, timeout_seconds=300, allow_watch_bookmarks=True
+                ) as stream:
+                    async for event in stream:
+                        obj = event["raw_object"]
+                        if event["type"] == "BOOKMARK":
+                            continue
+                        if event["type"] == "ERROR":
+                            break
+                        if event["type"] == "DELETED":
+                            self.objects.pop(_key(obj), None)
+                        else:
+                            self.objects[_key(obj)] = obj
+                        self.on_change()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the apiserver may restart; keep the last data, say so, retry
+                self.error = f"{type(e).__name__}: {e}"
+                log.warning("watch of %s failed (%s); retrying in %.1fs", self.kind, self.error, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30)
+
+    async def _list(self) -> str:
+        resp = await self.list_method(_preload_content=False)
+        body = json.loads(await resp.read())
+        if resp.status >= 400:
+            raise RuntimeError(body.get("message", resp.status))
+        self.objects = {_key(o): o for o in body["items"]}
+        self.ready.set()
+        self.on_change()
+        return str(body["metadata"]["resourceVersion"])
+
+
+class ClusterView:
+    """Slices, claims and device classes, and the derived inventory."""
+
+    def __init__(self, min_interval: float = 0.5):
+        load_config()
+        api = shared_client("ResourceV1Api")
+        self.version = 0
+        self._computed_version = -1
+        self._computed_at = 0.0
+        self.min_interval = min_interval
+        self.slices = Cache("resourceslices", api.list_resource_slice, self._changed)
+        self.claims = Cache("resourceclaims", api.list_resource_claim_for_all_namespaces, self._changed)
+        self.classes = Cache("deviceclasses", api.list_device_class, self._changed)
+        self._tasks = [asyncio.ensure_future(c.run()) for c in (self.slices, self.claims, self.classes)]
+        self._derived: tuple[Inventory, set[Any], dict[Any, Any], dict[str, Obj]] | None = None
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    async def wait_ready(self, timeout: float = 10) -> bool:
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(self.slices.ready.wait(), self.claims.ready.wait(), self.classes.ready.wait()),
+                timeout,
+            )
+            return True
+        except TimeoutError:
+            return False
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"{c.kind}: {c.error}" for c in (self.slices, self.claims, self.classes) if c.error]
+
+    def derived(self) -> tuple[Inventory, set[Any], dict[Any, Any], dict[str, Obj]]:
+        """(inventory, allocated devices, counters left, device classes by name), cached per change."""
+        now = time.monotonic()
+        stale = self._computed_version != self.version
+        if self._derived is None or (stale and now - self._computed_at >= self.min_interval):
+            version = self.version
+            inv = Inventory.from_slices(self.slices.objects.values())
+            allocated = allocated_devices(self.claims.objects.values())
+            left = remaining_counters(inv, allocated)
+            classes = {o["metadata"]["name"]: o for o in self.classes.objects.values()}
+            self._derived = (inv, allocated, left, classes)
+            self._computed_version = version
+            self._computed_at = now
+        return self._derived
+
+    def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+
+
+_views: dict[int, ClusterView] = {}
+
+
+def cluster_view() -> ClusterView:
+    """The hub's shared view (one per event loop), started on first use."""
+    loop = asyncio.get_running_loop()
+    view = _views.get(id(loop))
+    if view is None:
+        view = _views[id(loop)] = ClusterView()
+    return view
