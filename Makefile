@@ -9,7 +9,7 @@ CACHE := .cache
 SHAPE ?= demo
 export PYTHONPATH := $(CURDIR)/devcluster
 
-.PHONY: help venv node-deps devcluster-build cluster cluster-down cluster-status lint unit test demo demo-down clean
+.PHONY: help venv node-deps browser-deps devcluster-build cluster cluster-down cluster-status lint unit test demo demo-down clean
 
 help:
 	@echo "make demo          start the local simulated GPU cluster and JupyterHub, print the URL"
@@ -40,6 +40,10 @@ $(CACHE)/node/.installed:
 
 node-deps: $(CACHE)/node/.installed
 
+# Debian's Chromium for the browser tests (Playwright drives it; it downloads no browser).
+browser-deps:
+	@bash devcluster/scripts/ensure-debian-deps.sh browser
+
 # --- the local cluster ---------------------------------------------------------
 devcluster-build:
 	@bash devcluster/scripts/build.sh
@@ -63,7 +67,7 @@ lint: venv
 unit: venv
 	@$(BIN)/python -m pytest tests/unit -q
 
-test: venv node-deps devcluster-build lint
+test: venv node-deps browser-deps devcluster-build lint
 	@echo "gpusessions: running the tests (they start the local cluster, or reuse a running one) ..."
 	@set +e; $(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "gpusessions: no tests were collected: that is a failure" >&2; exit 1; fi; \

@@ -11,7 +11,10 @@ case "${1:-}" in
     command -v npm >/dev/null 2>&1 || need+=(npm)
     command -v node >/dev/null 2>&1 || need+=(nodejs)
     ;;
-  *) echo "usage: $0 python|node" >&2; exit 2 ;;
+  browser)
+    [ -x /usr/bin/chromium ] || need+=(chromium)
+    ;;
+  *) echo "usage: $0 python|node|browser" >&2; exit 2 ;;
 esac
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then

@@ -270,6 +270,7 @@ class GPUSessionSpawner(KubeSpawner):
             if not request.wants_gpu:
                 await self._release_previous_gpu_for_cpu_profile()
                 return
+            await self._refuse_if_size_missing(request)
             session = self._session(request)
             try:
                 self._gpu_alloc = await session.ensure(self.gpu_allocation_timeout)
@@ -290,6 +291,30 @@ class GPUSessionSpawner(KubeSpawner):
             }
         finally:
             self._gpu_phase_done.set()
+
+    async def _refuse_if_size_missing(self, request: C.GPURequest) -> None:
+        """Refuse at once when no device of this size exists at all (not merely all in use)."""
+        from .availability import profile_figures
+        from .watch import cluster_view
+
+        try:
+            view = cluster_view()
+            if not await view.wait_ready(timeout=5) or view.errors:
+                return  # no reliable picture: let the scheduler decide
+            inv, allocated, left, classes = view.derived()
+        except Exception as e:  # the picture is an optimisation, never a reason to fail
+            self.log.warning("No cluster view for the size check: %s", e)
+            return
+        missing = [dc for dc in request.device_classes() if dc not in classes]
+        if missing:
+            return  # GPUSession explains a missing DeviceClass
+        f = profile_figures({"slug": "-"}, request, inv, allocated, classes, left)
+        if f["state"] == "not-offered":
+            raise SpawnException(
+                f"No GPU of this size ({request.describe()}) exists on this cluster, so waiting "
+                "would not help. Pick another size or ask your admin.",
+                reason="gpu-size-missing",
+            )
 
     async def _release_previous_gpu_for_cpu_profile(self) -> None:
         """A server that switches to a CPU-only profile gives back the GPU it kept."""

@@ -39,6 +39,10 @@ EXTRA = [
         }},
     }},
     {{
+        "display_name": "Whole GPU, short wait", "slug": "gpu-short",
+        "kubespawner_override": {{"gpu_device_class": "gpu.nvidia.com", "gpu_allocation_timeout": 4}},
+    }},
+    {{
         "display_name": "Unknown class", "slug": "tpu",
         "kubespawner_override": {{"gpu_device_class": "tpu.example.com"}},
     }},
@@ -66,7 +70,8 @@ EXTRA = [
             }}}},
         }},
     }},
-    mig_profile("1g.10gb", "no release at stop", keep_gpu_on_stop=False) | {{"slug": "mig-nokeep"}},
+    mig_profile("1g.10gb", "no release at stop", keep_gpu_on_stop=False)
+    | {{"slug": "mig-nokeep", "display_name": "MIG 1g.10gb, released at stop"}},
     {{
         "display_name": "First available", "slug": "firstavail",
         "kubespawner_override": {{"gpu_first_available": [

@@ -179,7 +179,13 @@ def test_named_servers_get_their_own_claims_and_deleting_one_frees_it(
 
 
 def test_no_capacity_is_a_clear_refusal_not_a_timeout(hub: Hub, api: KubeAPI, namespace: str) -> None:
-    code, _ = start(hub, "erin", {"profile": "huge"})
+    from localcluster.testing import claim, exec_pod
+
+    # The only whole GPU of the small shape is taken.
+    api.create(claim("blocker", "gpu.nvidia.com"), namespace)
+    api.create(exec_pod("blocker", claim_name="blocker", command=["sleep", "3600"]), namespace)
+    waits.claim_allocated(api, namespace, "blocker")
+    code, _ = start(hub, "erin", {"profile": "gpu-short"})
     messages = progress_messages(hub, "erin") if code == 202 else []
     model = server_model(hub, "erin")
     assert model is None or not model.get("ready")
@@ -188,6 +194,14 @@ def test_no_capacity_is_a_clear_refusal_not_a_timeout(hub: Hub, api: KubeAPI, na
     assert "none free right now" in text
     objs = gpu_objects(api, namespace)
     assert objs["claims"] == [] and objs["holders"] == [], "a refused request leaves nothing behind"
+    assert "Traceback" not in hub.log.read_text()
+
+
+def test_a_size_that_does_not_exist_is_refused_at_once(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    code, body = start(hub, "erin", {"profile": "huge"})
+    assert code == 400, (code, body)
+    assert "No GPU of this size (whole GPU) exists on this cluster" in body["message"]
+    assert gpu_objects(api, namespace)["claims"] == []
 
 
 def test_a_size_the_cluster_does_not_offer_is_refused_at_once(hub: Hub, api: KubeAPI, namespace: str) -> None:
