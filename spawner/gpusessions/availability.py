@@ -15,6 +15,7 @@ of that size can be allocated now, one after another.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,13 +30,24 @@ DeviceKey = tuple[str, str, str]  # driver, pool, device
 CounterKey = tuple[str, str, str]  # driver, pool, counter set
 
 
+Amount = int | Fraction
+Consumption = list[tuple[CounterKey, dict[str, Amount]]]
+
+
+@functools.lru_cache(maxsize=4096)
+def _amount(q: str) -> Amount:
+    v = quantity(q)
+    return int(v) if v.denominator == 1 else v
+
+
 @dataclass
 class Inventory:
     """Devices and counters of all slices, in the order the scheduler sees them."""
 
     devices: list[tuple[DeviceKey, Obj]] = field(default_factory=list)
     by_key: dict[DeviceKey, Obj] = field(default_factory=dict)
-    counters: dict[CounterKey, dict[str, Fraction]] = field(default_factory=dict)
+    counters: dict[CounterKey, dict[str, Amount]] = field(default_factory=dict)
+    consumption: dict[DeviceKey, Consumption] = field(default_factory=dict)
 
     @classmethod
     def from_slices(cls, slices: Iterable[Obj]) -> Inventory:
@@ -49,13 +61,24 @@ class Inventory:
             driver, pool = spec["driver"], spec["pool"]["name"]
             for cs in spec.get("sharedCounters") or []:
                 inv.counters[(driver, pool, cs["name"])] = {
-                    k: quantity(v["value"]) for k, v in (cs.get("counters") or {}).items()
+                    k: _amount(v["value"]) for k, v in (cs.get("counters") or {}).items()
                 }
             for d in spec.get("devices") or []:
                 key = (driver, pool, d["name"])
                 inv.devices.append((key, d))
                 inv.by_key[key] = d
+                if d.get("consumesCounters"):
+                    inv.consumption[key] = [
+                        (
+                            (driver, pool, c["counterSet"]),
+                            {k: _amount(v["value"]) for k, v in (c.get("counters") or {}).items()},
+                        )
+                        for c in d["consumesCounters"]
+                    ]
         return inv
+
+    def candidates(self, match: DeviceMatch) -> list[DeviceKey]:
+        return [k for k, d in self.devices if match.matches(k[0], d)]
 
 
 def allocated_devices(claims: Iterable[Obj]) -> set[DeviceKey]:
@@ -67,26 +90,19 @@ def allocated_devices(claims: Iterable[Obj]) -> set[DeviceKey]:
     return out
 
 
-def _consumption(key: DeviceKey, device: Obj) -> list[tuple[CounterKey, dict[str, Fraction]]]:
-    driver, pool, _ = key
-    return [
-        (
-            (driver, pool, c["counterSet"]),
-            {k: quantity(v["value"]) for k, v in (c.get("counters") or {}).items()},
-        )
-        for c in device.get("consumesCounters") or []
-    ]
-
-
-def remaining_counters(inv: Inventory, allocated: set[DeviceKey]) -> dict[CounterKey, dict[str, Fraction]]:
-    left = {k: dict(v) for k, v in inv.counters.items()}
+def remaining_counters(inv: Inventory, allocated: set[DeviceKey]) -> dict[CounterKey, dict[str, Amount]]:
+    """What each counter set has left after the allocated devices (only sets in use are copied)."""
+    left = dict(inv.counters)
+    copied: set[CounterKey] = set()
     for key in allocated:
-        dev = inv.by_key.get(key)
-        if dev is None:
-            continue
-        for cset, used in _consumption(key, dev):
+        for cset, used in inv.consumption.get(key, ()):
+            if cset not in left:
+                continue
+            if cset not in copied:
+                left[cset] = dict(left[cset])
+                copied.add(cset)
             for name, amount in used.items():
-                if cset in left and name in left[cset]:
+                if name in left[cset]:
                     left[cset][name] -= amount
     return left
 
@@ -118,34 +134,53 @@ def count_free(
     match: DeviceMatch,
     allocated: set[DeviceKey],
     per_session: int = 1,
-    left: dict[CounterKey, dict[str, Fraction]] | None = None,
+    left: dict[CounterKey, dict[str, Amount]] | None = None,
+    candidates: list[DeviceKey] | None = None,
+    total: int | None = None,
 ) -> tuple[int, int, list[Obj]]:
-    """(sessions that can start now, sessions on an empty cluster, matching devices)."""
-    candidates = [(k, d) for k, d in inv.devices if match.matches(k[0], d)]
-    now = _greedy(candidates, allocated, left if left is not None else remaining_counters(inv, allocated))
-    total = _greedy(candidates, set(), {k: dict(v) for k, v in inv.counters.items()})
+    """(sessions that can start now, sessions on an empty cluster, matching devices).
+
+    `candidates` and `total` depend only on the slices: pass them to skip matching again."""
+    keys = candidates if candidates is not None else inv.candidates(match)
+    now = _greedy(inv, keys, allocated, left if left is not None else remaining_counters(inv, allocated))
+    if total is None:
+        total = _greedy(inv, keys, set(), inv.counters)
     per = max(per_session, 1)
-    return now // per, total // per, [d for _, d in candidates]
+    return now // per, total // per, [inv.by_key[k] for k in keys[:1]]
 
 
 def _greedy(
-    candidates: list[tuple[DeviceKey, Obj]],
+    inv: Inventory,
+    keys: list[DeviceKey],
     allocated: set[DeviceKey],
-    left: dict[CounterKey, dict[str, Fraction]],
+    left: dict[CounterKey, dict[str, Amount]],
 ) -> int:
-    left = {k: dict(v) for k, v in left.items()}
+    """First-fit, as the allocator does: how many of these devices can be allocated one after another."""
+    mine: dict[CounterKey, dict[str, Amount]] = {}
     taken = 0
-    for key, dev in candidates:
+    for key in keys:
         if key in allocated:
             continue
-        need = _consumption(key, dev)
-        if all(
-            cset in left and all(left[cset].get(n, Fraction(0)) >= a for n, a in used.items())
-            for cset, used in need
-        ):
+        need = inv.consumption.get(key)
+        if not need:
+            taken += 1
+            continue
+        fits = True
+        for cset, used in need:
+            have = mine.get(cset)
+            if have is None:
+                if cset not in left:
+                    fits = False
+                    break
+                have = mine[cset] = dict(left[cset])
+            if any(have.get(n, 0) < a for n, a in used.items()):
+                fits = False
+                break
+        if fits:
             for cset, used in need:
+                have = mine[cset]
                 for n, a in used.items():
-                    left[cset][n] -= a
+                    have[n] -= a
             taken += 1
     return taken
 
@@ -175,9 +210,13 @@ def profile_figures(
     inv: Inventory,
     allocated: set[DeviceKey],
     classes: dict[str, Obj],
-    left: dict[CounterKey, dict[str, Fraction]],
+    left: dict[CounterKey, dict[str, Amount]],
+    slice_memo: dict[Any, tuple[list[DeviceKey], int]] | None = None,
 ) -> Obj:
-    """The figures the picker shows for one profile."""
+    """The figures the picker shows for one profile.
+
+    `slice_memo` keeps, per size, the matching devices and the empty-cluster count: they
+    change only with the slices, so claims changing costs only the count of what is free."""
     base = {
         "slug": profile["slug"],
         "display_name": profile.get("display_name", profile["slug"]),
@@ -215,7 +254,13 @@ def profile_figures(
                 "compute": "",
                 "note": "this size uses a selector the picker cannot evaluate",
             }
-        free, total, devices = count_free(inv, match, allocated, count, left)
+        cached = slice_memo.get(match) if slice_memo is not None else None
+        if cached is None:
+            keys = inv.candidates(match)
+            cached = (keys, _greedy(inv, keys, set(), inv.counters))
+            if slice_memo is not None:
+                slice_memo[match] = cached
+        free, total, devices = count_free(inv, match, allocated, count, left, cached[0], cached[1])
         cand = (free, total, devices[0] if devices else None, count)
         if best is None or (cand[0], cand[1]) > (best[0], best[1]):
             best = cand

@@ -69,10 +69,17 @@ def _gib(n: int | None) -> str:
     return f"{n / 2**30:.1f} GiB" if n else ""
 
 
-async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
-    view = cluster_view()
-    ready = await view.wait_ready(timeout=5)
-    inv, allocated, left, classes = view.derived()
+def compute_figures(
+    spawner: Any,
+    profile_list: list[Obj],
+    derived: tuple[Any, ...],
+    memo: dict[Any, Obj] | None = None,
+    version: int = 0,
+    slice_memo: dict[Any, Any] | None = None,
+) -> list[Obj]:
+    """Figures for each profile from the view's derived data; `memo` keeps them per data version,
+    so a page view costs a lookup, not a count over every device."""
+    inv, allocated, left, classes = derived
     out = []
     for p in profile_list:
         try:
@@ -88,30 +95,61 @@ async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
                     "gpu": None,
                     "memory": None,
                     "compute": "",
+                    "availability": "Availability unknown.",
                     "note": f"invalid profile settings: {e}",
                 }
             )
             continue
-        f = (
-            profile_figures(p, request, inv, allocated, classes, left)
-            if ready
-            else {
-                "slug": p["slug"],
-                "display_name": p.get("display_name", p["slug"]),
-                "state": "unknown" if request.wants_gpu else "cpu",
-                "free": None,
-                "total": None,
-                "gpu": request.describe() if request.wants_gpu else None,
-                "memory": None,
-                "compute": "",
-            }
-        )
+        key = (version, request.hash(), request.count)
+        base = memo.get(key) if memo is not None else None
+        if base is None:
+            base = profile_figures({"slug": "-"}, request, inv, allocated, classes, left, slice_memo)
+            if memo is not None:
+                if len(memo) > 256:
+                    memo.clear()
+                memo[key] = base
+        f = {
+            **base,
+            "slug": p["slug"],
+            "display_name": p.get("display_name", p["slug"]),
+            "description": p.get("description", ""),
+            "default": bool(p.get("default")),
+        }
         f["memory_text"] = _gib(f.get("memory"))
         f["availability"] = describe_availability(f)
         f["queue"] = None  # team queue use and limit: with KAI queues
         out.append(f)
+    return out
+
+
+async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
+    view = cluster_view()
+    ready = await view.wait_ready(timeout=5)
+    derived = view.derived()
+    if ready:
+        profiles = compute_figures(
+            spawner, profile_list, derived, view.memo, view.computed_version, view.slice_memo
+        )
+    else:
+        profiles = []
+        for p in profile_list:
+            wants = profile_request(spawner, p).wants_gpu
+            f = {
+                "slug": p["slug"],
+                "display_name": p.get("display_name", p["slug"]),
+                "state": "unknown" if wants else "cpu",
+                "free": None,
+                "total": None,
+                "gpu": None,
+                "memory": None,
+                "compute": "",
+                "memory_text": "",
+                "queue": None,
+            }
+            f["availability"] = describe_availability(f)
+            profiles.append(f)
     return {
-        "profiles": out,
+        "profiles": profiles,
         "updated": time.time(),
         "errors": view.errors,
         "complete": ready,
@@ -119,7 +157,7 @@ async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
         "seen": {
             "slices": len(view.slices.objects),
             "claims": len(view.claims.objects),
-            "allocated_devices": len(allocated),
+            "allocated_devices": len(derived[1]),
         },
     }
 

@@ -308,7 +308,7 @@ class GPUSessionSpawner(KubeSpawner):
         missing = [dc for dc in request.device_classes() if dc not in classes]
         if missing:
             return  # GPUSession explains a missing DeviceClass
-        f = profile_figures({"slug": "-"}, request, inv, allocated, classes, left)
+        f = profile_figures({"slug": "-"}, request, inv, allocated, classes, left, view.slice_memo)
         if f["state"] == "not-offered":
             raise SpawnException(
                 f"No GPU of this size ({request.describe()}) exists on this cluster, so waiting "

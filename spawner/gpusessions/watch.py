@@ -38,6 +38,7 @@ class Cache:
         self.list_method = list_method
         self.on_change = on_change
         self.objects: dict[str, Obj] = {}
+        self.version = 0
         self.ready = asyncio.Event()
         self.error: str | None = None
 
@@ -63,6 +64,7 @@ class Cache:
                             self.objects.pop(_key(obj), None)
                         else:
                             self.objects[_key(obj)] = obj
+                        self.version += 1
                         self.on_change()
             except asyncio.CancelledError:
                 raise
@@ -78,6 +80,7 @@ class Cache:
         if resp.status >= 400:
             raise RuntimeError(body.get("message", resp.status))
         self.objects = {_key(o): o for o in body["items"]}
+        self.version += 1
         self.ready.set()
         self.on_change()
         return str(body["metadata"]["resourceVersion"])
@@ -98,6 +101,13 @@ class ClusterView:
         self.classes = Cache("deviceclasses", api.list_device_class, self._changed)
         self._tasks = [asyncio.ensure_future(c.run()) for c in (self.slices, self.claims, self.classes)]
         self._derived: tuple[Inventory, set[Any], dict[Any, Any], dict[str, Obj]] | None = None
+        self.memo: dict[Any, Obj] = {}  # figures per (data version, request): see picker
+        self.slice_memo: dict[Any, Any] = {}  # matching devices per size, per slices version
+        self._shape_version: tuple[int, int] = (-1, -1)
+
+    @property
+    def computed_version(self) -> int:
+        return self._computed_version
 
     def _changed(self) -> None:
         self.version += 1
@@ -117,15 +127,24 @@ class ClusterView:
         return [f"{c.kind}: {c.error}" for c in (self.slices, self.claims, self.classes) if c.error]
 
     def derived(self) -> tuple[Inventory, set[Any], dict[Any, Any], dict[str, Obj]]:
-        """(inventory, allocated devices, counters left, device classes by name), cached per change."""
+        """(inventory, allocated devices, counters left, device classes by name), cached per change.
+
+        The inventory is rebuilt only when slices change; a claim change only recounts
+        allocations and counters."""
         now = time.monotonic()
         stale = self._computed_version != self.version
         if self._derived is None or (stale and now - self._computed_at >= self.min_interval):
             version = self.version
-            inv = Inventory.from_slices(self.slices.objects.values())
+            shape_version = (self.slices.version, self.classes.version)
+            if self._derived is None or shape_version != self._shape_version:
+                inv = Inventory.from_slices(self.slices.objects.values())
+                classes = {o["metadata"]["name"]: o for o in self.classes.objects.values()}
+                self.slice_memo = {}
+                self._shape_version = shape_version
+            else:
+                inv, _, _, classes = self._derived
             allocated = allocated_devices(self.claims.objects.values())
             left = remaining_counters(inv, allocated)
-            classes = {o["metadata"]["name"]: o for o in self.classes.objects.values()}
             self._derived = (inv, allocated, left, classes)
             self._computed_version = version
             self._computed_at = now

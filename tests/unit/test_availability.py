@@ -1,0 +1,138 @@
+"""Sizes (structured match <-> CEL) and free-session counting, on simulated slices."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from gpusessions.availability import (
+    Inventory,
+    allocated_devices,
+    count_free,
+    profile_figures,
+    remaining_counters,
+)
+from gpusessions.claims import GPURequest
+from gpusessions.sizes import DeviceMatch, parse_cel, quantity
+from localcluster.paths import SHAPES_DIR
+from localcluster.shapes import build_slices, device_classes, load_shape
+
+CLASSES = {dc["metadata"]["name"]: dc for dc in device_classes()}
+
+
+def _inv(shape: str = "small") -> Inventory:
+    return Inventory.from_slices([s for n in load_shape(shape, SHAPES_DIR).nodes for s in build_slices(n)])
+
+
+def _claim_on(*devices: str, pool: str = "gpu-node-0") -> dict:
+    return {
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": "gpu.nvidia.com", "pool": pool, "device": d}
+                        for d in devices
+                    ]
+                }
+            }
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("q", "value"),
+    [
+        ("9984Mi", 9984 * 2**20),
+        ("40Gi", 40 * 2**30),
+        ("1.5G", 1_500_000_000),
+        ("100m", Fraction(1, 10)),
+        ("7", 7),
+        ("1e3", 1000),
+    ],
+)
+def test_quantities(q: str, value: float) -> None:
+    assert quantity(q) == value
+
+
+def test_quantity_rejects_junk() -> None:
+    with pytest.raises(ValueError):
+        quantity("40 Gi")
+
+
+@pytest.mark.parametrize(
+    "match",
+    [
+        DeviceMatch.of({"type": "mig", "profile": "1g.10gb"}),
+        DeviceMatch.of({"type": "gpu"}, {"memory": "70Gi"}),
+        DeviceMatch.of({"productName": "NVIDIA A100-SXM4-80GB", "type": "mig"}, {"multiprocessors": "28"}),
+        DeviceMatch.of({"odd": "it's \\ quoted"}),
+    ],
+)
+def test_generated_cel_parses_back_to_the_same_match(match: DeviceMatch) -> None:
+    assert parse_cel(match.cel()) == match
+
+
+@pytest.mark.parametrize(
+    "cel",
+    [
+        "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA')",
+        "device.attributes['gpu.nvidia.com'].type == 'mig' || device.driver == 'gpu.nvidia.com'",
+        "!(device.attributes['gpu.nvidia.com'].type == 'mig')",
+        "device.attributes['gpu.nvidia.com'].type != 'mig'",
+        "device.capacity['gpu.nvidia.com'].memory >= 40Gi",
+        "device.attributes['a.example'].x == 'y' && device.attributes['b.example'].z == 'w'",
+    ],
+)
+def test_other_cel_is_not_guessed(cel: str) -> None:
+    assert parse_cel(cel) is None
+
+
+def test_driver_device_classes_parse() -> None:
+    for name, dtype in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")):
+        expr = CLASSES[name]["spec"]["selectors"][0]["cel"]["expression"]
+        assert parse_cel(expr) == DeviceMatch.of({"type": dtype})
+
+
+def test_matcher_on_every_demo_device() -> None:
+    inv = _inv("demo")
+    one_g = DeviceMatch.of({"type": "mig", "profile": "1g.10gb"})
+    names = {(k[1], k[2]) for k in inv.candidates(one_g)}
+    # a: 7 + 2 static; b: 1 static (A100); c: 7 placements on each of 2 partitionable GPUs
+    assert len(names) == 7 + 2 + 1 + 14
+    assert all("1g10gb" in n for _, n in names)
+    big = DeviceMatch.of({"type": "gpu"}, {"memory": "81000Mi"})
+    assert {k[2] for k in inv.candidates(big)} >= {"gpu-0", "gpu-1"}
+    assert all(inv.by_key[k]["attributes"]["type"]["string"] == "gpu" for k in inv.candidates(big))
+
+
+def test_counting_follows_counters_on_a_partitionable_gpu() -> None:
+    inv = _inv()
+    one_g = DeviceMatch.of({"type": "mig", "profile": "1g.10gb"})
+    whole = DeviceMatch.of({"type": "gpu"})
+    assert count_free(inv, one_g, set())[:2] == (9, 9)
+    assert count_free(inv, whole, set())[:2] == (1, 1)
+    # A 4g.40gb on GPU 1 takes memory slices 0-3: 3 placements of 1g.10gb stay there.
+    alloc = allocated_devices([_claim_on("gpu-1-mig-4g40gb-5-0")])
+    assert count_free(inv, one_g, alloc, left=remaining_counters(inv, alloc))[0] == 2 + 3
+    assert count_free(inv, whole, alloc)[0] == 0
+    # Two devices per session halve the sessions.
+    assert count_free(inv, one_g, set(), per_session=2)[0] == 4
+
+
+def test_profile_figures_states() -> None:
+    inv = _inv()
+    left = remaining_counters(inv, set())
+    cpu = profile_figures({"slug": "cpu"}, GPURequest(), inv, set(), CLASSES, left)
+    assert cpu["state"] == "cpu"
+    one = GPURequest("mig.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",))
+    f = profile_figures({"slug": "s"}, one, inv, set(), CLASSES, left)
+    assert (f["state"], f["free"], f["total"], f["compute"]) == ("free", 9, 9, "1/7 of a GPU")
+    custom = GPURequest(
+        "mig.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].profile.startsWith('1g')",)
+    )
+    assert profile_figures({"slug": "s"}, custom, inv, set(), CLASSES, left)["state"] == "unknown"
+    missing = GPURequest("tpu.example.com")
+    assert profile_figures({"slug": "s"}, missing, inv, set(), CLASSES, left)["state"] == "not-offered"
+    contradictory = GPURequest("gpu.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].type == 'mig'",))
+    assert profile_figures({"slug": "s"}, contradictory, inv, set(), CLASSES, left)["state"] == "not-offered"
