@@ -14,6 +14,7 @@ from tornado import web
 
 from .availability import profile_figures
 from .claims import Alternative, GPURequest
+from .sizes import size_selectors
 from .watch import cluster_view
 
 Obj = dict[str, Any]
@@ -44,7 +45,7 @@ def profile_request(spawner: Any, profile: Obj) -> GPURequest:
     return GPURequest(
         device_class=str(get("gpu_device_class") or "") if not alts else "",
         count=int(get("gpu_count")),
-        selectors=tuple(get("gpu_selectors") or ()),
+        selectors=tuple(get("gpu_selectors") or ()) + size_selectors(get("gpu_size")),
         first_available=alts,
     )
 

@@ -13,7 +13,7 @@ def mig_profile(profile: str, description: str, **extra: Any) -> dict[str, Any]:
         "description": description,
         "kubespawner_override": {
             "gpu_device_class": "mig.nvidia.com",
-            "gpu_selectors": [f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"],
+            "gpu_size": {"attributes": {"profile": profile}},
             **extra,
         },
     }

@@ -220,3 +220,14 @@ def device_class(name: str, match: DeviceMatch, labels: dict[str, str] | None = 
         },
         "spec": {"selectors": [{"cel": {"expression": match.cel()}}]},
     }
+
+
+def size_selectors(size: dict[str, Any] | None) -> tuple[str, ...]:
+    """The CEL selector of a `gpu_size` setting (empty for no size)."""
+    if not size:
+        return ()
+    unknown = set(size) - {"attributes", "capacity", "driver"}
+    if unknown:
+        raise ValueError(f"gpu_size accepts attributes, capacity and driver, not {sorted(unknown)}")
+    match = DeviceMatch.of(size.get("attributes"), size.get("capacity"), size.get("driver", DRIVER))
+    return (match.cel(),)

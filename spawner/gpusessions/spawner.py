@@ -38,6 +38,7 @@ from .kube import KubeError, SessionAPI
 from .options import InvalidOptions
 from .options import validate as validate_options
 from .session import Allocation, GPUSession, Refused, SessionNames
+from .sizes import size_selectors
 
 SESSION_FILE_DIR = "/etc/gpusessions"
 SESSION_FILE = f"{SESSION_FILE_DIR}/session.json"
@@ -70,6 +71,14 @@ class GPUSessionSpawner(KubeSpawner):
         help="""CEL expressions a device must satisfy, for example
         `device.attributes['gpu.nvidia.com'].profile == '1g.10gb'` or
         `device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0`.""",
+    )
+    gpu_size = Dict(
+        {},
+        config=True,
+        help="""A structured size, instead of (or with) CEL selectors: `{"attributes": {"profile":
+        "1g.10gb"}, "capacity": {"memory": "10Gi"}}` means attributes equal to these values and
+        capacities at least these quantities. It becomes a CEL selector for the scheduler and the
+        same test in Python for the picker, so the two agree.""",
     )
     gpu_first_available = List(
         Dict(),
@@ -159,7 +168,7 @@ class GPUSessionSpawner(KubeSpawner):
         return C.GPURequest(
             device_class=self.gpu_device_class if not alts else "",
             count=self.gpu_count,
-            selectors=tuple(self.gpu_selectors),
+            selectors=tuple(self.gpu_selectors) + size_selectors(self.gpu_size),
             first_available=tuple(alts),
         )
 
