@@ -32,18 +32,22 @@ from pathlib import Path
 from typing import Any
 
 from . import podspec
+from .gpumodels import MigProfile
 from .kubeapi import ApiError, KubeAPI, Obj
 from .paths import SHAPES_DIR, ClusterPaths
 from .procs import OWNER_ENV
 from .shapes import (
     NODE_LABEL,
+    NodeSpec,
     Shape,
     build_node,
     build_node_status,
     build_slices,
     device_classes,
     device_uuids,
+    gpu_uuid,
     load_shape,
+    mig_uuid,
 )
 
 log = logging.getLogger("runtime")
@@ -149,6 +153,20 @@ class Runtime:
             agent = False
         self.holder_argv = podspec.python_argv("gpusessions.agent" if agent else "localcluster.idle")
         self.bin_dir = str(Path(sys.executable).parent)
+        self.fake_nvml_dir = paths.root / "fake-nvml"
+        self._write_fake_nvml()
+
+    def _write_fake_nvml(self) -> None:
+        """One simulated-NVML config per node (for the agent in holder pods), and the shared load file."""
+        import json
+
+        self.fake_nvml_dir.mkdir(parents=True, exist_ok=True)
+        control = self.fake_nvml_dir / "load.json"
+        if not control.exists():
+            control.write_text("{}")
+        for node in self.shape.nodes:
+            cfg = {"gpus": fake_nvml_gpus(node), "control": str(control)}
+            (self.fake_nvml_dir / f"{node.name}.json").write_text(json.dumps(cfg, indent=1))
 
     # -- the fake driver and node registration ------------------------------
     def publish(self) -> None:
@@ -417,6 +435,8 @@ class Runtime:
         dev = run.devices.get(cont.name)
         if dev:
             full["NVIDIA_VISIBLE_DEVICES"] = dev
+        if cont.mode == podspec.HOLDER:
+            full["GPUSESSIONS_FAKE_NVML"] = str(self.fake_nvml_dir / f"{run.node}.json")
         argv = podspec.map_paths(podspec.bind_to_pod_ip(argv, run.ip), mounts)
         exe = shutil.which(argv[0], path=full["PATH"]) if argv else None
         if not exe:
@@ -572,6 +592,36 @@ class Runtime:
         }
         with contextlib.suppress(ApiError):
             self.api.create(ev)
+
+
+def fake_nvml_gpus(node: NodeSpec) -> list[Obj]:
+    """The node's GPUs as the simulated NVML presents them (MIG devices with their UUIDs)."""
+    out = []
+    for gpu in node.gpus:
+        parent = gpu_uuid(node.name, gpu.minor)
+        migs: list[tuple[MigProfile, int]] = []
+        if gpu.mode == "static":
+            migs = [(m.profile, m.start) for m in gpu.layout]
+        elif gpu.mode == "dynamic":
+            migs = [(p, s) for p in gpu.model.mig_profiles for s in p.placements]
+        out.append(
+            {
+                "uuid": parent,
+                "name": gpu.model.product_name,
+                "arch": gpu.model.architecture.lower(),
+                "memory_mib": gpu.model.memory_mib,
+                "mig": [
+                    {
+                        "uuid": mig_uuid(parent, p.name, s),
+                        "profile": p.name,
+                        "memory_mib": p.memory_mib,
+                        "gi": i + 1,
+                    }
+                    for i, (p, s) in enumerate(migs)
+                ],
+            }
+        )
+    return out
 
 
 def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:

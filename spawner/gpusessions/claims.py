@@ -16,6 +16,7 @@ from . import labels as L
 
 Obj = dict[str, Any]
 REQUEST_NAME = "gpu"  # the request in the claim, and the claim's name in pod specs
+AGENT_PORT = 9400  # the GPU agent in the holder pod
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,10 @@ def build_holder_pod(
             {"name": "GPUSESSIONS_CLAIM", "value": claim_name},
             {"name": "GPUSESSIONS_USER", "value": username},
             {"name": "GPUSESSIONS_SERVER", "value": servername},
+            {"name": "GPUSESSIONS_AGENT_IP", "value": "0.0.0.0"},
+            {"name": "GPUSESSIONS_AGENT_PORT", "value": str(AGENT_PORT)},
         ],
+        "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
     }
     if settings.args:
         container["args"] = list(settings.args)

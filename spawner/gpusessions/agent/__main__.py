@@ -1,0 +1,61 @@
+"""python -m gpusessions.agent: serve the holder's GPU status over HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+
+from .nvml import load
+from .server import AgentState, make_app, start_sampling
+
+
+def main(argv: list[str] | None = None) -> int:
+    env = os.environ.get
+    ap = argparse.ArgumentParser(prog="gpusessions.agent", description=__doc__)
+    ap.add_argument("--ip", default=env("GPUSESSIONS_AGENT_IP", "0.0.0.0"))
+    ap.add_argument("--port", type=int, default=int(env("GPUSESSIONS_AGENT_PORT", "9400")))
+    ap.add_argument(
+        "--interval",
+        type=float,
+        default=float(env("GPUSESSIONS_AGENT_INTERVAL", "2")),
+        help="seconds between NVML samples",
+    )
+    ap.add_argument(
+        "--busy-threshold",
+        type=float,
+        default=float(env("GPUSESSIONS_AGENT_BUSY_THRESHOLD", "5")),
+        help="activity percent at which a device counts as busy",
+    )
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    state = AgentState(
+        load_nvml=load, visible=env("NVIDIA_VISIBLE_DEVICES"), busy_threshold=args.busy_threshold
+    )
+    token = env("GPUSESSIONS_AGENT_TOKEN") or None
+
+    async def run() -> None:
+        app = make_app(state, token)
+        app.listen(args.port, address=args.ip)
+        start_sampling(state, args.interval)
+        logging.getLogger("gpusessions.agent").info(
+            "serving on %s:%d (devices %s, auth %s)",
+            args.ip,
+            args.port,
+            state.visible,
+            "on" if token else "off",
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+
+    asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,170 @@
+"""The agent's HTTP side: sampling loop and the /api/status, /metrics, /healthz handlers."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from tornado import web
+from tornado.ioloop import PeriodicCallback
+
+from .collect import Collector, Reading, visible_uuids
+
+log = logging.getLogger("gpusessions.agent")
+NVML_RETRY_SECONDS = 30.0
+
+
+@dataclass
+class AgentState:
+    """What the agent knows; updated by `sample()`, read by the handlers."""
+
+    load_nvml: Any  # () -> module; may raise
+    visible: str | None
+    busy_threshold: float
+    nvml: ModuleType | None = None
+    collector: Collector | None = None
+    nvml_error: str | None = None
+    next_init: float = 0.0
+    readings: list[Reading] = field(default_factory=list)
+    sampled_at: float | None = None
+    problem: str | None = None
+
+    def _init(self, now: float) -> None:
+        if self.nvml is not None or now < self.next_init:
+            return
+        try:
+            nvml = self.load_nvml()
+            nvml.nvmlInit()
+        except Exception as e:  # ImportError, OSError, NVMLError: say it, retry later
+            self.nvml_error = f"NVML is not available: {e}"
+            self.next_init = now + NVML_RETRY_SECONDS
+            log.warning("%s; retrying in %.0fs", self.nvml_error, NVML_RETRY_SECONDS)
+            return
+        uuids, self.problem = visible_uuids(self.visible)
+        self.nvml, self.nvml_error = nvml, None
+        self.collector = Collector(nvml, uuids, self.busy_threshold)
+
+    def sample(self, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        self._init(now)
+        if self.collector is None:
+            return
+        try:
+            self.readings = self.collector.read(now)
+            self.sampled_at = now
+        except Exception as e:  # never let a bad sample stop the loop
+            self.nvml_error = f"NVML failed: {e}"
+            log.exception("sampling failed")
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "agent": "gpusessions",
+            "nvml": {"ok": self.nvml is not None and self.nvml_error is None, "error": self.nvml_error},
+            "problem": self.problem,
+            "visible_devices": self.visible,
+            "busy_threshold_percent": self.busy_threshold,
+            "sampled_at": self.sampled_at,
+            "claim": os.environ.get("GPUSESSIONS_CLAIM"),
+            "user": os.environ.get("GPUSESSIONS_USER"),
+            "server": os.environ.get("GPUSESSIONS_SERVER"),
+            "devices": [r.as_dict() for r in self.readings],
+        }
+
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def prometheus(state: AgentState) -> str:
+    lines = [
+        "# HELP gpusessions_nvml_up Whether the agent can read NVML.",
+        "# TYPE gpusessions_nvml_up gauge",
+        f"gpusessions_nvml_up {1 if state.status()['nvml']['ok'] else 0}",
+    ]
+    metrics = [
+        ("gpusessions_gpu_memory_used_bytes", "GPU memory in use.", lambda r: r.memory_used),
+        ("gpusessions_gpu_memory_total_bytes", "GPU memory of the device.", lambda r: r.memory_total),
+        ("gpusessions_gpu_processes", "Compute processes on the device.", lambda r: r.processes),
+        (
+            "gpusessions_gpu_activity_percent",
+            "Utilization (whole GPU) or GPM SM activity (MIG); absent when NVML cannot tell.",
+            lambda r: r.activity,
+        ),
+        (
+            "gpusessions_gpu_busy",
+            "1 if activity (or, when unknown, a process) is at the busy threshold.",
+            lambda r: int(r.busy),
+        ),
+        (
+            "gpusessions_gpu_last_busy_timestamp_seconds",
+            "When the device was last busy (unix time).",
+            lambda r: r.last_busy,
+        ),
+    ]
+    for name, help_text, get in metrics:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        for r in state.readings:
+            v = get(r)
+            if v is not None:
+                labels = f'uuid="{_esc(r.uuid)}",kind="{_esc(r.kind)}",source="{_esc(r.activity_source)}"'
+                lines.append(f"{name}{{{labels}}} {v}")
+    return "\n".join(lines) + "\n"
+
+
+class _Base(web.RequestHandler):
+    def initialize(self, state: AgentState, token: str | None) -> None:
+        self.state = state
+        self.token = token
+
+    def prepare(self) -> None:
+        if not self.token:
+            return
+        auth = self.request.headers.get("Authorization", "")
+        scheme, _, given = auth.partition(" ")
+        if scheme.lower() not in ("bearer", "token") or not hmac.compare_digest(given.strip(), self.token):
+            raise web.HTTPError(401, "missing or wrong agent token")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": self._reason}))
+
+
+class StatusHandler(_Base):
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps(self.state.status()))
+
+
+class MetricsHandler(_Base):
+    def get(self) -> None:
+        self.set_header("Content-Type", "text/plain; version=0.0.4")
+        self.write(prometheus(self.state))
+
+
+class HealthHandler(web.RequestHandler):
+    def get(self) -> None:
+        self.write("ok")
+
+
+def make_app(state: AgentState, token: str | None) -> web.Application:
+    kw = {"state": state, "token": token}
+    return web.Application(
+        [
+            (r"/api/status", StatusHandler, kw),
+            (r"/metrics", MetricsHandler, kw),
+            (r"/healthz", HealthHandler),
+        ]
+    )
+
+
+def start_sampling(state: AgentState, interval: float) -> PeriodicCallback:
+    state.sample()
+    pc = PeriodicCallback(state.sample, interval * 1000)
+    pc.start()
+    return pc
