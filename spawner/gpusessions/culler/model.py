@@ -1,0 +1,157 @@
+"""A GPU session as the culler sees it, joined from claims, holders, hub and agents (pure)."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import labels as L
+from ..claims import allocated_devices, allocated_node, allocation
+
+Obj = dict[str, Any]
+KEEP_UNTIL = "gpusessions.io/keep-until"
+WARNED_AT = "gpusessions.io/warned-at"
+STOPPED_SINCE = "gpusessions.io/stopped-since"
+
+
+def parse_time(value: str | None) -> float | None:
+    """RFC 3339 / ISO 8601 (as Kubernetes and JupyterHub write times) to unix seconds."""
+    if not value:
+        return None
+    try:
+        dt = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=datetime.UTC)
+    return dt.timestamp()
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Session:
+    namespace: str
+    claim: str
+    user: str | None
+    server: str | None
+    profile: str = ""
+    created: float | None = None
+    allocated: bool = False
+    node: str | None = None
+    devices: list[str] = field(default_factory=list)
+    holder: str | None = None
+    holder_ip: str | None = None
+    holder_restarts: int = 0
+    # from the hub
+    hub_user: bool = False
+    hub_server: bool = False
+    running: bool = False
+    pending: str | None = None
+    notebook_last_activity: float | None = None
+    # from the agent
+    gpu: list[Obj] = field(default_factory=list)
+    gpu_error: str | None = None
+    # from the claim's annotations (the culler's memory across restarts)
+    keep_until: float | None = None
+    warned_at: float | None = None
+    stopped_since: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.claim}"
+
+    @property
+    def state(self) -> str:
+        if self.running:
+            return "running" if self.allocated else "waiting"
+        if self.pending:
+            return "starting" if self.pending == "spawn" else self.pending
+        return "kept" if self.allocated else "waiting"
+
+    @property
+    def gpu_last_busy(self) -> float | None:
+        busy = [d["last_busy"] for d in self.gpu if d.get("last_busy")]
+        return max(busy) if busy else None
+
+    @property
+    def gpu_busy_now(self) -> bool:
+        return any(d.get("busy") for d in self.gpu)
+
+    @property
+    def gpu_known(self) -> bool:
+        """Whether the agent answered with device readings at all."""
+        return bool(self.gpu) and not self.gpu_error
+
+
+def session_from_claim(claim: Obj) -> Session:
+    md = claim["metadata"]
+    ann = md.get("annotations") or {}
+    return Session(
+        namespace=md["namespace"],
+        claim=md["name"],
+        user=ann.get(L.USER_ANNOTATION),
+        server=ann.get(L.SERVER_ANNOTATION),
+        profile=ann.get(L.PROFILE_ANNOTATION, ""),
+        created=parse_time(md.get("creationTimestamp")),
+        allocated=bool(allocation(claim)),
+        node=allocated_node(claim),
+        devices=[f"{p}/{d}" for _, p, d in allocated_devices(claim)],
+        keep_until=_ts(ann.get(KEEP_UNTIL)),
+        warned_at=_ts(ann.get(WARNED_AT)),
+        stopped_since=_ts(ann.get(STOPPED_SINCE)),
+    )
+
+
+def _ts(v: str | None) -> float | None:
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        return parse_time(v)
+
+
+def join(claims: list[Obj], holders: list[Obj], hub_users: list[Obj]) -> tuple[list[Session], list[Obj]]:
+    """Sessions from our claims, with their holders and the hub's view; and holders without a claim."""
+    by_claim: dict[tuple[str, str], Obj] = {}
+    for pod in holders:
+        claim_name = (pod["metadata"].get("annotations") or {}).get(L.CLAIM_ANNOTATION)
+        if claim_name:
+            by_claim[(pod["metadata"]["namespace"], claim_name)] = pod
+    users = {u["name"]: u for u in hub_users}
+    sessions = []
+    seen: set[tuple[str, str]] = set()
+    for c in claims:
+        if (c["metadata"].get("labels") or {}).get(L.MANAGED_BY) != L.MANAGER:
+            continue
+        s = session_from_claim(c)
+        seen.add((s.namespace, s.claim))
+        h = by_claim.get((s.namespace, s.claim))
+        if h is not None and not h["metadata"].get("deletionTimestamp"):
+            st = h.get("status") or {}
+            s.holder = h["metadata"]["name"]
+            s.holder_ip = st.get("podIP")
+            s.holder_restarts = sum(
+                int(cs.get("restartCount", 0)) for cs in st.get("containerStatuses") or []
+            )
+        u = users.get(s.user or "")
+        if u is not None:
+            s.hub_user = True
+            srv = (u.get("servers") or {}).get(s.server or "")
+            if srv is not None:
+                s.hub_server = True
+                s.running = bool(srv.get("ready"))
+                s.pending = srv.get("pending")
+                s.notebook_last_activity = parse_time(srv.get("last_activity"))
+            elif not s.server:
+                # The default server always exists for a user, stopped or not.
+                s.hub_server = True
+        sessions.append(s)
+    orphan_holders = [h for (ns, claim_name), h in by_claim.items() if (ns, claim_name) not in seen]
+    return sessions, orphan_holders

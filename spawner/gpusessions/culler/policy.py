@@ -1,0 +1,123 @@
+"""What to do with a session now: the culling policy (pure).
+
+- A stopped server's kept GPU is released `stopped_keep` seconds after the
+  culler first saw it stopped.
+- A running session is culled (server stopped, GPU released) when it has been
+  idle for `idle_limit`: idle means BOTH no notebook activity (the hub's
+  last_activity) AND no GPU activity (the agent's last busy time). A training
+  job that keeps the GPU busy with the browser closed is never idle.
+- `max_age` (0: off) ends any session that old.
+- Every cull is announced first: a warning at least `warn_before` seconds
+  before it; activity after the warning clears it.
+- `keep_until` (an admin's or the user's exemption) holds everything.
+- Orphans (no hub user or server for the claim) are released after `orphan_grace`.
+- Per-profile overrides change any of these; `dry_run` decides but never acts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from .model import Session
+
+NONE, WARN, UNWARN, CULL, RELEASE, ORPHAN, MARK_STOPPED, CLEAR_STOPPED = (
+    "none",
+    "warn",
+    "unwarn",
+    "cull",
+    "release",
+    "orphan",
+    "mark-stopped",
+    "clear-stopped",
+)
+
+
+@dataclass(frozen=True)
+class Rules:
+    stopped_keep: float = 3600.0
+    idle_limit: float = 7200.0
+    max_age: float = 0.0
+    warn_before: float = 900.0
+    orphan_grace: float = 300.0
+
+    def merged(self, override: dict[str, Any]) -> Rules:
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = set(override) - known
+        if unknown:
+            raise ValueError(f"unknown culler settings {sorted(unknown)}; known: {sorted(known)}")
+        return dataclasses.replace(self, **{k: float(v) for k, v in override.items()})
+
+
+@dataclass(frozen=True)
+class Policy:
+    rules: Rules = field(default_factory=Rules)
+    per_profile: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dry_run: bool = False
+
+    def for_profile(self, profile: str) -> Rules:
+        return self.rules.merged(self.per_profile.get(profile, {}))
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    reason: str
+    at: float | None = None  # when the cull will happen (for warnings and the page)
+
+
+def _idle_since(s: Session) -> float | None:
+    """Since when both the notebook and the GPU have been idle (None: busy now, or unknown)."""
+    if s.gpu_busy_now:
+        return None
+    marks = [t for t in (s.notebook_last_activity, s.gpu_last_busy, s.created) if t is not None]
+    return max(marks) if marks else None
+
+
+def decide(s: Session, now: float, policy: Policy) -> Decision:
+    r = policy.for_profile(s.profile)
+    if s.keep_until is not None and s.keep_until > now:
+        return Decision(NONE, f"kept until {s.keep_until:.0f} (exemption)")
+    if not s.hub_user or not s.hub_server:
+        age = now - (s.created or now)
+        if age >= r.orphan_grace:
+            who = "user" if not s.hub_user else "server"
+            return Decision(ORPHAN, f"orphan: the hub has no such {who} ({s.user}/{s.server or ''})")
+        return Decision(NONE, "possibly an orphan; within the grace time")
+    if s.pending:
+        return Decision(NONE, f"server is {s.pending}")
+
+    deadline: float | None = None
+    why = ""
+    if s.running:
+        if s.stopped_since is not None:
+            return Decision(CLEAR_STOPPED, "server runs again")
+        idle = _idle_since(s)
+        if idle is not None:
+            deadline, why = idle + r.idle_limit, f"notebook and GPU idle for {(now - idle) / 60:.0f} min"
+        if r.max_age > 0 and s.created is not None and (deadline is None or s.created + r.max_age < deadline):
+            deadline, why = s.created + r.max_age, f"older than the maximum age ({r.max_age / 3600:.1f} h)"
+        final = CULL
+    else:
+        if s.stopped_since is None:
+            return Decision(MARK_STOPPED, "server stopped: the GPU is kept for a while")
+        deadline, why = (
+            s.stopped_since + r.stopped_keep,
+            f"server stopped {(now - s.stopped_since) / 60:.0f} min ago",
+        )
+        final = RELEASE
+
+    if deadline is None:
+        if s.warned_at is not None:
+            return Decision(UNWARN, "active again")
+        return Decision(NONE, "active")
+    if now < deadline - r.warn_before:
+        if s.warned_at is not None:
+            return Decision(UNWARN, "active again")
+        return Decision(NONE, why or "within limits", deadline)
+    if s.warned_at is None:
+        return Decision(WARN, why, max(deadline, now + r.warn_before))
+    if now >= deadline and now - s.warned_at >= r.warn_before:
+        return Decision(final, why, deadline)
+    return Decision(NONE, f"warned; {why}", max(deadline, s.warned_at + r.warn_before))
