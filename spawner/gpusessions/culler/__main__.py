@@ -1,0 +1,64 @@
+"""python -m gpusessions.culler: the `gpusessions` JupyterHub service."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+from urllib.parse import urlparse
+
+from .hub import HubAPI
+from .kube import ClusterSide
+from .policy import Policy, Rules
+from .service import Culler, make_app, run_forever
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="gpusessions.culler")
+    ap.add_argument("--interval", type=float, default=60, help="seconds between cycles")
+    ap.add_argument("--stopped-keep", type=float, default=3600, help="keep a stopped server's GPU this long")
+    ap.add_argument(
+        "--idle-limit", type=float, default=7200, help="cull after notebook AND GPU idle this long"
+    )
+    ap.add_argument("--max-age", type=float, default=0, help="end any session this old (0: off)")
+    ap.add_argument("--warn-before", type=float, default=900, help="warn this long before a cull")
+    ap.add_argument("--orphan-grace", type=float, default=300, help="release orphan claims this old")
+    ap.add_argument("--per-profile", default="{}", help='JSON: {"<profile slug>": {"idle_limit": 600}}')
+    ap.add_argument("--dry-run", action="store_true", help="decide and log, change nothing")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        per_profile = json.loads(args.per_profile)
+        rules = Rules(args.stopped_keep, args.idle_limit, args.max_age, args.warn_before, args.orphan_grace)
+        policy = Policy(rules, per_profile, args.dry_run)
+        for profile in per_profile:
+            policy.for_profile(profile)
+    except ValueError as e:
+        ap.error(f"bad policy settings: {e}")
+    api_url = os.environ["JUPYTERHUB_API_URL"]
+    token = os.environ["JUPYTERHUB_API_TOKEN"]
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpusessions/")
+    bind = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
+
+    async def run() -> None:
+        cluster = ClusterSide()
+        await cluster.ready()
+        culler = Culler(cluster, HubAPI(api_url, token), policy, os.environ.get("GPUSESSIONS_AGENT_TOKEN"))
+        make_app(culler, prefix).listen(bind.port or 80, address=bind.hostname or "127.0.0.1")
+        logging.getLogger("gpusessions.culler").info(
+            "culler on %s%s every %.0fs%s",
+            bind.netloc,
+            prefix,
+            args.interval,
+            " (dry run)" if args.dry_run else "",
+        )
+        await run_forever(culler, args.interval)
+
+    asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""The culler's Kubernetes side: watches of our claims and holders, and deletes and patches."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from typing import Any
+
+from kubernetes_asyncio.client import ApiException
+from kubespawner.clients import load_config, shared_client
+
+from .. import labels as L
+from ..watch import Cache
+
+Obj = dict[str, Any]
+CLAIMS = f"{L.MANAGED_BY}={L.MANAGER}"
+HOLDERS = f"{L.MANAGED_BY}={L.MANAGER},{L.COMPONENT}=holder"
+
+
+class ClusterSide:
+    def __init__(self, timeout: float = 10.0):
+        load_config()
+        self.core = shared_client("CoreV1Api")
+        self.resource = shared_client("ResourceV1Api")
+        self.timeout = timeout
+        self.calls = 0
+        self.version = 0
+        self.claims = Cache(
+            "resourceclaims",
+            partial(self.resource.list_resource_claim_for_all_namespaces, label_selector=CLAIMS),
+            self._changed,
+        )
+        self.holders = Cache(
+            "pods", partial(self.core.list_pod_for_all_namespaces, label_selector=HOLDERS), self._changed
+        )
+        self._tasks = [asyncio.ensure_future(c.run()) for c in (self.claims, self.holders)]
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    async def ready(self, timeout: float = 30) -> bool:
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(self.claims.ready.wait(), self.holders.ready.wait()), timeout
+            )
+            return True
+        except TimeoutError:
+            return False
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> bool:
+        self.calls += 1
+        try:
+            await asyncio.wait_for(fn(*args, **kwargs), self.timeout)
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    async def release(self, namespace: str, claim: str, holder: str | None) -> None:
+        if holder:
+            await self._call(self.core.delete_namespaced_pod, holder, namespace, grace_period_seconds=0)
+        await self._call(self.resource.delete_namespaced_resource_claim, claim, namespace)
+
+    async def delete_holder(self, namespace: str, name: str) -> None:
+        await self._call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0)
+
+    async def annotate(self, namespace: str, claim: str, values: dict[str, str | None]) -> None:
+        body = {"metadata": {"annotations": values}}
+        await self._call(
+            self.resource.patch_namespaced_resource_claim,
+            claim,
+            namespace,
+            body,
+            _content_type="application/merge-patch+json",
+        )
+
+    def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()

@@ -1,0 +1,294 @@
+"""The culler service: one cycle (inventory -> decisions -> actions), and its HTTP API.
+
+Runs as the JupyterHub service `gpusessions` (hub-managed or external): its
+JSON list of sessions is at /services/gpusessions/api/sessions, metrics at
+/services/gpusessions/metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.utils import url_path_join
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+from ..claims import AGENT_PORT
+from .hub import HubAPI
+from .kube import ClusterSide
+from .model import KEEP_UNTIL, STOPPED_SINCE, WARNED_AT, Session, iso, join, parse_time
+from .policy import (
+    CLEAR_STOPPED,
+    CULL,
+    MARK_STOPPED,
+    NONE,
+    ORPHAN,
+    RELEASE,
+    UNWARN,
+    WARN,
+    Decision,
+    Policy,
+    decide,
+)
+
+log = logging.getLogger("gpusessions.culler")
+Obj = dict[str, Any]
+
+
+@dataclass
+class Culler:
+    cluster: ClusterSide
+    hub: HubAPI
+    policy: Policy
+    agent_token: str | None = None
+    agent_timeout: float = 2.0
+    sessions: list[Session] = field(default_factory=list)
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    actions: Counter[str] = field(default_factory=Counter)
+    cycles: int = 0
+    last_cycle: float | None = None
+    last_error: str | None = None
+
+    async def _agent(self, s: Session) -> None:
+        if not s.holder_ip:
+            s.gpu_error = "no holder pod"
+            return
+        headers = {"Authorization": f"Bearer {self.agent_token}"} if self.agent_token else {}
+        req = HTTPRequest(
+            f"http://{s.holder_ip}:{AGENT_PORT}/api/status",
+            headers=headers,
+            request_timeout=self.agent_timeout,
+            connect_timeout=self.agent_timeout,
+        )
+        try:
+            resp = await AsyncHTTPClient().fetch(req)
+            body = json.loads(resp.body)
+        except Exception as e:
+            s.gpu_error = f"agent unreachable: {e}"
+            return
+        s.gpu = body.get("devices") or []
+        if not (body.get("nvml") or {}).get("ok"):
+            s.gpu_error = (body.get("nvml") or {}).get("error") or "NVML not available"
+
+    async def cycle(self, now: float | None = None) -> list[tuple[Session, Decision]]:
+        """One pass: inventory, decisions, actions. Returns what was decided."""
+        users = await self.hub.users()
+        sessions, orphan_holders = join(
+            list(self.cluster.claims.objects.values()), list(self.cluster.holders.objects.values()), users
+        )
+        await asyncio.gather(*(self._agent(s) for s in sessions))
+        now = time.time() if now is None else now
+        out = []
+        for s in sessions:
+            d = decide(s, now, self.policy)
+            out.append((s, d))
+            if d.action != NONE:
+                await self._act(s, d, now)
+        for h in orphan_holders:
+            md = h["metadata"]
+            self._log("orphan-holder", f"{md['namespace']}/{md['name']}", "holder pod without its claim")
+            if not self.policy.dry_run:
+                await self.cluster.delete_holder(md["namespace"], md["name"])
+        self.sessions = sessions
+        self.decisions = {s.key: d for s, d in out}
+        self.cycles += 1
+        self.last_cycle = now
+        return out
+
+    def _log(self, action: str, what: str, reason: str) -> None:
+        self.actions[action] += 1
+        prefix = "DRY RUN: would " if self.policy.dry_run else ""
+        log.info("%s%s %s: %s", prefix, action, what, reason)
+
+    async def _act(self, s: Session, d: Decision, now: float) -> None:
+        who = f"{s.key} ({s.user}/{s.server or ''})"
+        if d.action in (MARK_STOPPED, CLEAR_STOPPED, UNWARN):
+            # Bookkeeping, not a cull: kept in the claim's annotations so a restart loses nothing.
+            if not self.policy.dry_run:
+                values: dict[str, str | None] = (
+                    {STOPPED_SINCE: str(now)}
+                    if d.action == MARK_STOPPED
+                    else {STOPPED_SINCE: None, WARNED_AT: None}
+                    if d.action == CLEAR_STOPPED
+                    else {WARNED_AT: None}
+                )
+                await self.cluster.annotate(s.namespace, s.claim, values)
+            return
+        self._log(d.action, who, d.reason)
+        if self.policy.dry_run:
+            return
+        if d.action == WARN:
+            await self.cluster.annotate(s.namespace, s.claim, {WARNED_AT: str(now)})
+        elif d.action == CULL:
+            await self.hub.stop_server(s.user or "", s.server or "")
+            await self.cluster.release(s.namespace, s.claim, s.holder)
+        elif d.action in (RELEASE, ORPHAN):
+            await self.cluster.release(s.namespace, s.claim, s.holder)
+
+    def describe(self, now: float | None = None) -> list[Obj]:
+        now = time.time() if now is None else now
+        out = []
+        for s in self.sessions:
+            d = self.decisions.get(s.key, Decision(NONE, ""))
+            last_busy = s.gpu_last_busy
+            out.append(
+                {
+                    "namespace": s.namespace,
+                    "claim": s.claim,
+                    "holder": s.holder,
+                    "user": s.user,
+                    "server": s.server,
+                    "profile": s.profile,
+                    "node": s.node,
+                    "devices": s.devices,
+                    "state": s.state,
+                    "gpu": s.gpu,
+                    "gpu_error": s.gpu_error,
+                    "holder_restarts": s.holder_restarts,
+                    "notebook_idle_seconds": None
+                    if s.notebook_last_activity is None
+                    else max(0.0, now - s.notebook_last_activity),
+                    "gpu_idle_seconds": 0.0
+                    if s.gpu_busy_now
+                    else (None if last_busy is None else now - last_busy),
+                    "queue": None,
+                    "keep_until": iso(s.keep_until),
+                    "warned_at": iso(s.warned_at),
+                    "decision": d.action,
+                    "reason": d.reason,
+                    "cull_at": iso(d.at),
+                    "seconds_left": None if d.at is None else max(0.0, d.at - now),
+                }
+            )
+        return out
+
+    def metrics(self) -> str:
+        lines = [
+            "# HELP gpusessions_held_gpus Sessions holding a claim, by state and profile.",
+            "# TYPE gpusessions_held_gpus gauge",
+        ]
+        held = Counter((s.state, s.profile) for s in self.sessions)
+        for (state, profile), n in sorted(held.items()):
+            lines.append(f'gpusessions_held_gpus{{state="{state}",profile="{profile}",queue=""}} {n}')
+        lines += [
+            "# HELP gpusessions_culler_actions_total Actions taken, by action.",
+            "# TYPE gpusessions_culler_actions_total counter",
+        ]
+        for action, n in sorted(self.actions.items()):
+            lines.append(f'gpusessions_culler_actions_total{{action="{action}"}} {n}')
+        lines += [
+            "# HELP gpusessions_culler_cycles_total Culler cycles run.",
+            "# TYPE gpusessions_culler_cycles_total counter",
+            f"gpusessions_culler_cycles_total {self.cycles}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    async def keep(self, namespace: str, claim: str, until: float) -> None:
+        await self.cluster.annotate(namespace, claim, {KEEP_UNTIL: str(until), WARNED_AT: None})
+
+    async def release(self, namespace: str, claim: str) -> bool:
+        s = next((x for x in self.sessions if x.namespace == namespace and x.claim == claim), None)
+        if s is None:
+            return False
+        self._log("release-by-admin", s.key, "released from the admin page")
+        if s.running:
+            await self.hub.stop_server(s.user or "", s.server or "")
+        await self.cluster.release(namespace, claim, s.holder)
+        return True
+
+
+# -- HTTP ------------------------------------------------------------------------------------
+ADMIN_SCOPE = "custom:gpusessions:admin"
+
+
+class _Admin(HubOAuthenticated, web.RequestHandler):
+    """Admins only: the custom scope (or admin:users, which hub admins hold)."""
+
+    hub_scopes = {ADMIN_SCOPE, "admin:users"}
+
+    def initialize(self, culler: Culler) -> None:
+        self.culler = culler
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": self._reason}))
+
+
+class SessionsHandler(_Admin):
+    @web.authenticated
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.write(
+            json.dumps(
+                {
+                    "sessions": self.culler.describe(),
+                    "cycles": self.culler.cycles,
+                    "last_cycle": iso(self.culler.last_cycle),
+                    "dry_run": self.culler.policy.dry_run,
+                    "error": self.culler.last_error,
+                }
+            )
+        )
+
+
+class ActionHandler(_Admin):
+    @web.authenticated
+    async def post(self, namespace: str, claim: str, action: str) -> None:
+        if action == "release":
+            if not await self.culler.release(namespace, claim):
+                raise web.HTTPError(404, f"no session {namespace}/{claim}")
+            body: Obj = {"released": True}
+        elif action == "keep":
+            data = json.loads(self.request.body or b"{}")
+            until = data.get("until")
+            ts = float(until) if isinstance(until, (int, float)) else parse_time(until)
+            if ts is None:
+                raise web.HTTPError(400, 'give "until" as unix seconds or an ISO time')
+            await self.culler.keep(namespace, claim, ts)
+            body = {"kept_until": iso(ts)}
+        else:
+            raise web.HTTPError(404)
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps(body))
+
+
+class MetricsHandler(web.RequestHandler):
+    def initialize(self, culler: Culler) -> None:
+        self.culler = culler
+
+    def get(self) -> None:
+        self.set_header("Content-Type", "text/plain; version=0.0.4")
+        self.write(self.culler.metrics())
+
+
+def make_app(culler: Culler, prefix: str) -> web.Application:
+    kw = {"culler": culler}
+    return web.Application(
+        [
+            (url_path_join(prefix, "api/sessions"), SessionsHandler, kw),
+            (url_path_join(prefix, r"api/sessions/([^/]+)/([^/]+)/(release|keep)"), ActionHandler, kw),
+            (url_path_join(prefix, "metrics"), MetricsHandler, kw),
+            (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+        ],
+        cookie_secret=os.urandom(32),
+    )
+
+
+async def run_forever(culler: Culler, interval: float) -> None:
+    while True:
+        started = time.monotonic()
+        try:
+            await culler.cycle()
+            culler.last_error = None
+        except Exception as e:  # the hub or the apiserver may be restarting: report, go on
+            culler.last_error = f"{type(e).__name__}: {e}"
+            log.warning("culler cycle failed: %s", culler.last_error)
+        await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))

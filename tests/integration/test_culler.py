@@ -1,0 +1,174 @@
+"""The culler service with a real JupyterHub, the local cluster and agents on the fake NVML."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpusessions.claims import GPURequest, build_claim
+from localcluster import waits
+from localcluster.hubproc import Hub, free_port, start_hub
+from localcluster.kubeapi import KubeAPI
+from localcluster.paths import ClusterPaths
+
+from .hubtools import GPU_HUB_CONFIG, process_env, spawn, stop
+
+pytestmark = pytest.mark.cluster
+ONE_G = {"profile": "mig-1g-10gb"}
+
+CULLER = """
+import os, sys
+c.JupyterHub.custom_scopes = {{
+    "custom:gpusessions:admin": {{"description": "See and release every held GPU."}},
+}}
+c.JupyterHub.services.append({{
+    "name": "gpusessions",
+    "url": "http://127.0.0.1:{port}",
+    "command": [sys.executable, "-m", "gpusessions.culler", "--interval", "1", "--stopped-keep", "3",
+                "--idle-limit", "20", "--warn-before", "5", "--orphan-grace", "3"{extra}],
+    "environment": {{"KUBECONFIG": os.environ["KUBECONFIG"]}},
+}})
+c.JupyterHub.load_roles.append({{
+    "name": "gpusessions-culler",
+    "scopes": ["list:users", "read:users:name", "read:users:activity", "read:servers", "servers"],
+    "services": ["gpusessions"],
+}})
+c.JupyterHub.load_roles[0]["scopes"].append("custom:gpusessions:admin")
+"""
+
+
+def culler_hub(namespace: str, workdir: Path, dry_run: bool = False) -> Hub:
+    extra = ', "--dry-run"' if dry_run else ""
+    cfg = GPU_HUB_CONFIG.format(namespace=namespace) + CULLER.format(port=free_port(), extra=extra)
+    return start_hub(cfg, workdir)
+
+
+@pytest.fixture
+def load_file() -> Iterator[Path]:
+    path = ClusterPaths.default().root / "fake-nvml" / "load.json"
+    before = path.read_text()
+    yield path
+    path.write_text(before)
+
+
+def sessions(hub: Hub, token: str | None = None) -> dict[str, dict[str, Any]]:
+    req = urllib.request.Request(
+        hub.url + "/services/gpusessions/api/sessions",
+        headers={"Authorization": f"token {token or hub.token}"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        body = json.loads(r.read())
+    return {s["claim"]: s for s in body["sessions"]}
+
+
+def _claim_gone(api: KubeAPI, ns: str, name: str) -> bool:
+    return api.get_or_none("ResourceClaim", name, ns) is None
+
+
+def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphans(
+    api: KubeAPI, namespace: str, tmp_path: Path, load_file: Path
+) -> None:
+    hub = culler_hub(namespace, tmp_path / "hub")
+    try:
+        # bob trains with the browser closed: his GPU is busy.
+        spawn(hub, "bob", ONE_G)
+        bob_gpu = process_env(api, namespace, "gpu-holder-bob")["NVIDIA_VISIBLE_DEVICES"]
+        load_file.write_text(json.dumps({bob_gpu: {"activity": 85, "processes": 1}}))
+        # dave asked to keep his GPU for a day.
+        spawn(hub, "dave", ONE_G)
+        waits.wait_for(lambda: "gpu-dave" in sessions(hub), 30, "the culler to see dave's session")
+        req = urllib.request.Request(
+            hub.url + f"/services/gpusessions/api/sessions/{namespace}/gpu-dave/keep",
+            data=json.dumps({"until": time.time() + 86400}).encode(),
+            method="POST",
+            headers={"Authorization": f"token {hub.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert "kept_until" in json.loads(r.read())
+        # carol leaves her session idle on both counts.
+        spawn(hub, "carol", ONE_G)
+        spawn(hub, "alice", ONE_G)
+        # alice stops: her GPU is kept for a while, then released.
+        stop(hub, "alice")
+        # An orphan: a claim of ours for a user the hub does not know.
+        orphan = build_claim("gpu-ghost", namespace, GPURequest("mig.nvidia.com"), "ghost", "")
+        api.create(orphan)
+
+        waits.wait_for(
+            lambda: _claim_gone(api, namespace, "gpu-carol"),
+            40,
+            "carol's idle GPU to be culled",
+            lambda: hub.log.read_text()[-3000:],
+        )
+        waits.wait_for(
+            lambda: _claim_gone(api, namespace, "gpu-alice"), 40, "alice's kept GPU to be released"
+        )
+        waits.wait_for(
+            lambda: _claim_gone(api, namespace, "gpu-ghost"), 40, "the orphan claim to be released"
+        )
+        assert (
+            _claim_gone(api, namespace, "gpu-holder-carol")
+            or api.get_or_none("Pod", "gpu-holder-carol", namespace) is None
+        )
+        carol = hub.api("GET", "/users/carol")[1]
+        assert not carol["servers"].get("", {}).get("ready"), "carol's server was stopped"
+        # bob (busy GPU, idle browser) and dave (exempt) are still there, well past the idle limit.
+        for user in ("bob", "dave"):
+            assert api.get_or_none("ResourceClaim", f"gpu-{user}", namespace) is not None, user
+            assert hub.api("GET", f"/users/{user}")[1]["servers"][""]["ready"], user
+        log = hub.log.read_text()
+        # Warned before culled, each with its reason.
+        assert log.index(f"warn {namespace}/gpu-carol") < log.index(f"cull {namespace}/gpu-carol")
+        assert "notebook and GPU idle" in log
+        assert log.index(f"warn {namespace}/gpu-alice") < log.index(f"release {namespace}/gpu-alice")
+        assert f"orphan {namespace}/gpu-ghost (ghost/): orphan: the hub has no such user" in log
+        view = sessions(hub)
+        assert view["gpu-bob"]["decision"] == "none" and view["gpu-bob"]["gpu"][0]["busy"]
+        assert view["gpu-bob"]["gpu_idle_seconds"] == 0
+        assert view["gpu-dave"]["keep_until"]
+        with urllib.request.urlopen(hub.url + "/services/gpusessions/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        assert 'gpusessions_culler_actions_total{action="cull"} 1' in metrics
+        assert 'gpusessions_held_gpus{state="running",profile="mig-1g-10gb",queue=""} 2' in metrics
+    finally:
+        hub.stop()
+
+
+def test_non_admins_are_refused(api: KubeAPI, namespace: str, tmp_path: Path) -> None:
+    hub = culler_hub(namespace, tmp_path / "hub")
+    try:
+        hub.api("POST", "/users/eve")
+        code, tok = hub.api("POST", "/users/eve/tokens", {"note": "t"})
+        assert code == 201
+        with pytest.raises(urllib.error.HTTPError) as err:
+            sessions(hub, tok["token"])
+        assert err.value.code == 403
+        waits.wait_for(lambda: sessions(hub) is not None, 30, "admins to be served")
+    finally:
+        hub.stop()
+
+
+def test_dry_run_changes_nothing(api: KubeAPI, namespace: str, tmp_path: Path) -> None:
+    hub = culler_hub(namespace, tmp_path / "hub", dry_run=True)
+    try:
+        spawn(hub, "frank", ONE_G)
+        # Idle past the limit: the culler would warn (and, a warning later, cull), but changes nothing.
+        waits.wait_for(
+            lambda: f"DRY RUN: would warn {namespace}/gpu-frank" in hub.log.read_text(),
+            60,
+            "a dry-run decision",
+        )
+        time.sleep(6)
+        assert api.get_or_none("ResourceClaim", "gpu-frank", namespace) is not None
+        claim = api.get("ResourceClaim", "gpu-frank", namespace)
+        assert "gpusessions.io/warned-at" not in (claim["metadata"].get("annotations") or {})
+        assert hub.api("GET", "/users/frank")[1]["servers"][""]["ready"]
+    finally:
+        hub.stop()
