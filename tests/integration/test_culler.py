@@ -34,6 +34,11 @@ c.JupyterHub.services.append({{
     "command": [sys.executable, "-m", "gpusessions.culler", "--interval", "1", "--stopped-keep", "3",
                 "--idle-limit", "20", "--warn-before", "5", "--orphan-grace", "3"{extra}],
     "environment": {{"KUBECONFIG": os.environ["KUBECONFIG"]}},
+    "oauth_client_allowed_scopes": ["custom:gpusessions:admin"],
+    "oauth_no_confirm": True,
+}})
+c.JupyterHub.load_roles.append({{
+    "name": "gpusessions-admins", "scopes": ["custom:gpusessions:admin"], "users": ["admin"],
 }})
 c.JupyterHub.load_roles.append({{
     "name": "gpusessions-culler",

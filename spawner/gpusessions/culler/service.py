@@ -14,8 +14,10 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import jinja2
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from jupyterhub.utils import url_path_join
 from tornado import web
@@ -222,6 +224,36 @@ class _Admin(HubOAuthenticated, web.RequestHandler):
         self.finish(json.dumps({"status": status_code, "message": self._reason}))
 
 
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")), autoescape=True
+)
+COLUMNS = [
+    ("user", "User"),
+    ("server", "Server"),
+    ("profile", "Profile"),
+    ("node", "Node / device"),
+    ("state", "State"),
+    ("gpu", "GPU memory and activity"),
+    ("notebook_idle_seconds", "Notebook idle"),
+    ("gpu_idle_seconds", "GPU idle"),
+    ("decision", "Culler"),
+    ("seconds_left", "Time left"),
+]
+
+
+class PageHandler(_Admin):
+    @web.authenticated
+    def get(self) -> None:
+        html = _TEMPLATES.get_template("admin.html").render(
+            sessions=self.culler.describe(),
+            columns=COLUMNS,
+            dry_run=self.culler.policy.dry_run,
+            xsrf=self.xsrf_token.decode(),
+        )
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.write(html)
+
+
 class SessionsHandler(_Admin):
     @web.authenticated
     def get(self) -> None:
@@ -273,12 +305,14 @@ def make_app(culler: Culler, prefix: str) -> web.Application:
     kw = {"culler": culler}
     return web.Application(
         [
+            (prefix, PageHandler, kw),
             (url_path_join(prefix, "api/sessions"), SessionsHandler, kw),
             (url_path_join(prefix, r"api/sessions/([^/]+)/([^/]+)/(release|keep)"), ActionHandler, kw),
             (url_path_join(prefix, "metrics"), MetricsHandler, kw),
             (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
         ],
         cookie_secret=os.urandom(32),
+        xsrf_cookies=True,
     )
 
 

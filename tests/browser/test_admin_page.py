@@ -1,0 +1,87 @@
+"""The culler's admin page in real headless Chromium: an admin releases a GPU; others get 403."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from tests.browser.test_picker_browser import ARTIFACTS, CHROMIUM
+from tests.integration.hubtools import spawn
+from tests.integration.test_culler import culler_hub
+
+from localcluster import waits
+from localcluster.hubproc import Hub
+from localcluster.kubeapi import KubeAPI
+
+pytestmark = [pytest.mark.cluster, pytest.mark.browser]
+
+
+@pytest.fixture
+def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
+    h = culler_hub(namespace, tmp_path / "hub")
+    yield h
+    h.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--no-first-run",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield b
+        b.close()
+
+
+def _login(page: Page, hub: Hub, user: str) -> None:
+    page.goto(hub.url + "/hub/login")
+    page.get_by_label("Username").fill(user)
+    page.get_by_label("Password").fill("test-password")
+    page.get_by_role("button", name=re.compile("sign in", re.I)).click()
+    page.wait_for_url(re.compile(r"/hub/"))
+
+
+def test_admin_releases_a_gpu_and_others_are_refused(
+    browser: Browser, hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    spawn(hub, "gina", {"profile": "mig-1g-10gb"})
+    page = browser.new_page(viewport={"width": 1400, "height": 800})
+    _login(page, hub, "admin")
+    page.goto(hub.url + "/services/gpusessions/")
+    row = page.locator("tr[data-claim='gpu-gina']")
+    expect(row).to_be_visible(timeout=30000)
+    expect(row).to_contain_text("mig-1g-10gb")
+    expect(row).to_contain_text("gpu-node-0")
+    expect(row).to_contain_text("running")
+    page.locator("#filter").fill("gina")
+    expect(page.locator("#summary")).to_contain_text("1 of")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "admin-1-sessions.png"), full_page=True)
+    page.once("dialog", lambda d: d.accept())
+    row.get_by_role("button", name="Release the GPU of gina").click()
+    waits.wait_for(
+        lambda: api.get_or_none("ResourceClaim", "gpu-gina", namespace) is None,
+        30,
+        "the admin's release to delete the claim",
+    )
+    expect(page.locator("tr[data-claim='gpu-gina']")).to_have_count(0, timeout=15000)
+    page.screenshot(path=str(ARTIFACTS / "admin-2-released.png"), full_page=True)
+    page.close()
+
+    other = browser.new_context().new_page()
+    _login(other, hub, "eve")
+    resp = other.goto(hub.url + "/services/gpusessions/")
+    assert resp is not None and resp.status == 403
+    other.close()
