@@ -160,7 +160,9 @@ class Culler:
                     else max(0.0, now - s.notebook_last_activity),
                     "gpu_idle_seconds": 0.0
                     if s.gpu_busy_now
-                    else (None if last_busy is None else now - last_busy),
+                    else (
+                        None if (last_busy or s.created) is None else now - (last_busy or s.created or now)
+                    ),
                     "queue": None,
                     "keep_until": iso(s.keep_until),
                     "warned_at": iso(s.warned_at),
@@ -218,6 +220,12 @@ class _Admin(HubOAuthenticated, web.RequestHandler):
 
     def initialize(self, culler: Culler) -> None:
         self.culler = culler
+
+    def check_xsrf_cookie(self) -> None:
+        """Browser (cookie) requests need the page's XSRF token; token requests carry no cookie risk."""
+        if self.request.headers.get("Authorization", "").lower().startswith(("token ", "bearer ")):
+            return
+        super().check_xsrf_cookie()
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         self.set_header("Content-Type", "application/json")
