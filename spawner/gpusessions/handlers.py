@@ -24,6 +24,8 @@ from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
+from . import labels as L
+
 TEMPLATES = str(Path(__file__).parent / "templates")
 
 
@@ -54,12 +56,85 @@ class ReleaseGPUHandler(APIHandler):
         self.write(json.dumps({"released": had, "stopped": was_running, "claim": claim}))
 
 
+def _my_claims(user_name: str) -> list[dict[str, Any]]:
+    """This user's claims, from the hub's shared watch (no API call)."""
+    from .watch import cluster_view
+
+    view = cluster_view()
+    return [
+        c
+        for c in view.claims.objects.values()
+        if (c["metadata"].get("annotations") or {}).get(L.USER_ANNOTATION) == user_name
+        and (c["metadata"].get("labels") or {}).get(L.MANAGED_BY) == L.MANAGER
+    ]
+
+
+class WarningsHandler(APIHandler):
+    """GET /hub/api/gpusessions/users/<user>/warnings: the culler's warnings for this user's GPUs."""
+
+    @needs_scope("read:servers")
+    async def get(self, user_name: str) -> None:
+        from .culler.model import CULL_AT, CULL_REASON, KEEP_UNTIL, WARNED_AT
+        from .watch import cluster_view
+
+        await cluster_view().wait_ready(timeout=5)
+        out = []
+        for c in _my_claims(user_name):
+            ann = c["metadata"].get("annotations") or {}
+            if ann.get(WARNED_AT) and not ann.get(KEEP_UNTIL):
+                out.append(
+                    {
+                        "server": ann.get(L.SERVER_ANNOTATION, ""),
+                        "claim": c["metadata"]["name"],
+                        "profile": ann.get(L.PROFILE_ANNOTATION, ""),
+                        "cull_at": float(ann.get(CULL_AT) or 0) or None,
+                        "reason": ann.get(CULL_REASON, ""),
+                    }
+                )
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps({"warnings": out}))
+
+
+class KeepHandler(APIHandler):
+    """POST /hub/api/gpusessions/users/<user>/keep[?server=<name>]: hold off the culler for a while."""
+
+    @needs_scope("servers")
+    async def post(self, user_name: str) -> None:
+        import time
+
+        from .culler.model import CULL_AT, CULL_REASON, KEEP_UNTIL, WARNED_AT
+        from .kube import SessionAPI
+
+        user = self.find_user(user_name)
+        if user is None:
+            raise web.HTTPError(404, f"No such user: {user_name}")
+        server = self.get_argument("server", "")
+        if server and server not in user.orm_spawners:
+            raise web.HTTPError(404, f"{user_name} has no server named {server}")
+        spawner = user.spawners[server]
+        state = spawner.get_state().get("gpusessions") or {}
+        if not state.get("claim"):
+            raise web.HTTPError(404, "This server holds no GPU.")
+        until = time.time() + float(getattr(spawner, "gpu_keep_extension", 4 * 3600))
+        ok = await SessionAPI().annotate_claim(
+            state["namespace"],
+            state["claim"],
+            {KEEP_UNTIL: str(until), WARNED_AT: None, CULL_AT: None, CULL_REASON: None},
+        )
+        if not ok:
+            raise web.HTTPError(404, "The GPU was already released.")
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps({"claim": state["claim"], "kept_until": until}))
+
+
 def handlers() -> list[tuple[str, Any]]:
     """Routes under the hub prefix (/hub/)."""
     from .picker import AvailabilityHandler
 
     return [
         (r"/api/gpusessions/availability", AvailabilityHandler),
+        (r"/api/gpusessions/users/([^/]+)/warnings", WarningsHandler),
+        (r"/api/gpusessions/users/([^/]+)/keep", KeepHandler),
         (r"/api/gpusessions/users/([^/]+)/release", ReleaseGPUHandler),
         (r"/api/gpusessions/users/([^/]+)/servers/([^/]+)/release", ReleaseGPUHandler),
     ]

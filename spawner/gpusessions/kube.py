@@ -75,6 +75,17 @@ class SessionAPI:
         r = await self._call(self.resource.delete_namespaced_resource_claim, name, namespace)
         return r is not None
 
+    async def annotate_claim(self, namespace: str, name: str, values: dict[str, str | None]) -> bool:
+        """Merge-patch the claim's annotations (None removes one); False if the claim is gone."""
+        r = await self._call(
+            self.resource.patch_namespaced_resource_claim,
+            name,
+            namespace,
+            {"metadata": {"annotations": values}},
+            _content_type="application/merge-patch+json",
+        )
+        return r is not None
+
     async def list_claims(self, namespace: str, label_selector: str) -> list[Obj]:
         r = await self._call(
             self.resource.list_namespaced_resource_claim, namespace, label_selector=label_selector

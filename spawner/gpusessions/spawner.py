@@ -113,6 +113,11 @@ class GPUSessionSpawner(KubeSpawner):
         config=True,
         help="`resources` of the holder container (requests and limits).",
     )
+    gpu_keep_extension = Float(
+        4 * 3600,
+        config=True,
+        help="""Seconds a user's "Keep my GPU" (answering the culler's warning) holds off culling.""",
+    )
     gpu_allocation_timeout = Float(
         300,
         config=True,

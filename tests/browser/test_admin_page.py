@@ -50,7 +50,7 @@ def _login(page: Page, hub: Hub, user: str) -> None:
     page.get_by_label("Username").fill(user)
     page.get_by_label("Password").fill("test-password")
     page.get_by_role("button", name=re.compile("sign in", re.I)).click()
-    page.wait_for_url(re.compile(r"/hub/"))
+    page.wait_for_url(re.compile(r"/(hub|user)/"))
 
 
 def test_admin_releases_a_gpu_and_others_are_refused(
@@ -85,3 +85,36 @@ def test_admin_releases_a_gpu_and_others_are_refused(
     resp = other.goto(hub.url + "/services/gpusessions/")
     assert resp is not None and resp.status == 403
     other.close()
+
+
+def test_user_is_warned_on_the_home_page_and_keeps_the_gpu(
+    browser: Browser, hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    spawn(hub, "hal", {"profile": "mig-1g-10gb"})
+    # Idle on both counts: the culler warns 5 s before the 20 s idle limit.
+    waits.wait_for(
+        lambda: (api.get("ResourceClaim", "gpu-hal", namespace)["metadata"].get("annotations") or {}).get(
+            "gpusessions.io/warned-at"
+        ),
+        60,
+        "the culler's warning",
+    )
+    page = browser.new_page()
+    _login(page, hub, "hal")
+    page.goto(hub.url + "/hub/home")
+    warning = page.locator(".gpusessions-warning")
+    expect(warning).to_contain_text("will be released at", timeout=15000)
+    expect(warning).to_contain_text("notebook and GPU idle")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "home-warning.png"), full_page=True)
+    page.get_by_role("button", name="Keep my GPU").click()
+    expect(warning).to_have_count(0, timeout=15000)
+    ann = api.get("ResourceClaim", "gpu-hal", namespace)["metadata"]["annotations"]
+    assert "gpusessions.io/keep-until" in ann and "gpusessions.io/warned-at" not in ann
+    # Well past the idle limit: still there.
+    import time
+
+    time.sleep(8)
+    assert api.get_or_none("ResourceClaim", "gpu-hal", namespace) is not None
+    assert "cull " + f"{namespace}/gpu-hal" not in hub.log.read_text()
+    page.close()

@@ -13,6 +13,8 @@ Obj = dict[str, Any]
 KEEP_UNTIL = "gpusessions.io/keep-until"
 WARNED_AT = "gpusessions.io/warned-at"
 STOPPED_SINCE = "gpusessions.io/stopped-since"
+CULL_AT = "gpusessions.io/cull-at"
+CULL_REASON = "gpusessions.io/cull-reason"
 
 
 def parse_time(value: str | None) -> float | None:

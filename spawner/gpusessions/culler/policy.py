@@ -67,6 +67,15 @@ class Decision:
     at: float | None = None  # when the cull will happen (for warnings and the page)
 
 
+def _dur(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _idle_since(s: Session) -> float | None:
     """Since when both the notebook and the GPU have been idle (None: busy now, or unknown)."""
     if s.gpu_busy_now:
@@ -95,16 +104,16 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
             return Decision(CLEAR_STOPPED, "server runs again")
         idle = _idle_since(s)
         if idle is not None:
-            deadline, why = idle + r.idle_limit, f"notebook and GPU idle for {(now - idle) / 60:.0f} min"
+            deadline, why = idle + r.idle_limit, f"notebook and GPU idle for {_dur(now - idle)}"
         if r.max_age > 0 and s.created is not None and (deadline is None or s.created + r.max_age < deadline):
-            deadline, why = s.created + r.max_age, f"older than the maximum age ({r.max_age / 3600:.1f} h)"
+            deadline, why = s.created + r.max_age, f"older than the maximum age ({_dur(r.max_age)})"
         final = CULL
     else:
         if s.stopped_since is None:
             return Decision(MARK_STOPPED, "server stopped: the GPU is kept for a while")
         deadline, why = (
             s.stopped_since + r.stopped_keep,
-            f"server stopped {(now - s.stopped_since) / 60:.0f} min ago",
+            f"server stopped {_dur(now - s.stopped_since)} ago",
         )
         final = RELEASE
 

@@ -26,7 +26,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from ..claims import AGENT_PORT
 from .hub import HubAPI
 from .kube import ClusterSide
-from .model import KEEP_UNTIL, STOPPED_SINCE, WARNED_AT, Session, iso, join, parse_time
+from .model import CULL_AT, CULL_REASON, KEEP_UNTIL, STOPPED_SINCE, WARNED_AT, Session, iso, join, parse_time
 from .policy import (
     CLEAR_STOPPED,
     CULL,
@@ -120,7 +120,7 @@ class Culler:
                     if d.action == MARK_STOPPED
                     else {STOPPED_SINCE: None, WARNED_AT: None}
                     if d.action == CLEAR_STOPPED
-                    else {WARNED_AT: None}
+                    else {WARNED_AT: None, CULL_AT: None, CULL_REASON: None}
                 )
                 await self.cluster.annotate(s.namespace, s.claim, values)
             return
@@ -128,7 +128,12 @@ class Culler:
         if self.policy.dry_run:
             return
         if d.action == WARN:
-            await self.cluster.annotate(s.namespace, s.claim, {WARNED_AT: str(now)})
+            # What the user reads on the hub home page (and can answer with "keep").
+            await self.cluster.annotate(
+                s.namespace,
+                s.claim,
+                {WARNED_AT: str(now), CULL_AT: str(d.at or now), CULL_REASON: d.reason[:200]},
+            )
         elif d.action == CULL:
             await self.hub.stop_server(s.user or "", s.server or "")
             await self.cluster.release(s.namespace, s.claim, s.holder)
@@ -196,7 +201,9 @@ class Culler:
         return "\n".join(lines) + "\n"
 
     async def keep(self, namespace: str, claim: str, until: float) -> None:
-        await self.cluster.annotate(namespace, claim, {KEEP_UNTIL: str(until), WARNED_AT: None})
+        await self.cluster.annotate(
+            namespace, claim, {KEEP_UNTIL: str(until), WARNED_AT: None, CULL_AT: None, CULL_REASON: None}
+        )
 
     async def release(self, namespace: str, claim: str) -> bool:
         s = next((x for x in self.sessions if x.namespace == namespace and x.claim == claim), None)
