@@ -49,10 +49,12 @@ c.JupyterHub.load_roles[0]["scopes"].append("custom:gpusessions:admin")
 """
 
 
-def culler_hub(namespace: str, workdir: Path, dry_run: bool = False) -> Hub:
+def culler_hub(
+    namespace: str, workdir: Path, dry_run: bool = False, ports: tuple[int, int, int] | None = None
+) -> Hub:
     extra = ', "--dry-run"' if dry_run else ""
     cfg = GPU_HUB_CONFIG.format(namespace=namespace) + CULLER.format(port=free_port(), extra=extra)
-    return start_hub(cfg, workdir)
+    return start_hub(cfg, workdir, ports=ports)
 
 
 @pytest.fixture
@@ -177,3 +179,38 @@ def test_dry_run_changes_nothing(api: KubeAPI, namespace: str, tmp_path: Path) -
         assert hub.api("GET", "/users/frank")[1]["servers"][""]["ready"]
     finally:
         hub.stop()
+
+
+def test_hub_restart_in_the_middle_of_a_cull_is_safe(api: KubeAPI, namespace: str, tmp_path: Path) -> None:
+    """Warned, then the hub (and its culler) restarts: the warning is remembered, one cull follows."""
+    hub = culler_hub(namespace, tmp_path / "hub")
+    try:
+        spawn(hub, "ivan", ONE_G)
+
+        def warned() -> str | None:
+            ann = api.get("ResourceClaim", "gpu-ivan", namespace)["metadata"].get("annotations") or {}
+            return ann.get("gpusessions.io/warned-at")
+
+        first_warning = waits.wait_for(warned, 60, "the warning")
+        uid = api.get("ResourceClaim", "gpu-ivan", namespace)["metadata"]["uid"]
+    finally:
+        hub.stop()
+    before = len(hub.log.read_text())
+    hub2 = culler_hub(namespace, hub.workdir, ports=hub.ports)
+    try:
+        waits.wait_for(
+            lambda: _claim_gone(api, namespace, "gpu-ivan"),
+            60,
+            "the cull after the restart",
+            lambda: hub2.log.read_text()[before:][-3000:],
+        )
+        log = hub2.log.read_text()[before:]
+        assert log.count(f"cull {namespace}/gpu-ivan") == 1
+        assert f"warn {namespace}/gpu-ivan" not in log, "the warning from before the restart was kept"
+        assert first_warning
+        assert api.list("ResourceClaim", namespace)["items"] == [] or all(
+            c["metadata"]["uid"] != uid for c in api.list("ResourceClaim", namespace)["items"]
+        )
+        assert not hub2.api("GET", "/users/ivan")[1]["servers"].get("", {}).get("ready")
+    finally:
+        hub2.stop()
