@@ -7,6 +7,7 @@ user logs in with one shared password printed by `make demo` (also in
 
 import os
 
+from gpusessions.culler.hubconfig import configure_culler
 from gpusessions.handlers import configure_hub
 from gpusessions.profiles import default_profiles
 
@@ -30,3 +31,9 @@ c.KubeSpawner.http_timeout = 60
 c.GPUSessionSpawner.gpu_allocation_timeout = 120
 c.KubeSpawner.profile_list = default_profiles()
 configure_hub(c)
+# The idle-GPU culler and its admin page at /services/gpusessions/ (admins only).
+configure_culler(
+    c,
+    admins=["admin"],
+    args=["--interval", "15", "--idle-limit", "3600", "--stopped-keep", "1800", "--warn-before", "600"],
+)

@@ -24,27 +24,9 @@ pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
 
 CULLER = """
-import os, sys
-c.JupyterHub.custom_scopes = {{
-    "custom:gpusessions:admin": {{"description": "See and release every held GPU."}},
-}}
-c.JupyterHub.services.append({{
-    "name": "gpusessions",
-    "url": "http://127.0.0.1:{port}",
-    "command": [sys.executable, "-m", "gpusessions.culler", "--interval", "1", "--stopped-keep", "3",
-                "--idle-limit", "20", "--warn-before", "5", "--orphan-grace", "3"{extra}],
-    "environment": {{"KUBECONFIG": os.environ["KUBECONFIG"]}},
-    "oauth_client_allowed_scopes": ["custom:gpusessions:admin"],
-    "oauth_no_confirm": True,
-}})
-c.JupyterHub.load_roles.append({{
-    "name": "gpusessions-admins", "scopes": ["custom:gpusessions:admin"], "users": ["admin"],
-}})
-c.JupyterHub.load_roles.append({{
-    "name": "gpusessions-culler",
-    "scopes": ["list:users", "read:users:name", "read:users:activity", "read:servers", "servers"],
-    "services": ["gpusessions"],
-}})
+from gpusessions.culler.hubconfig import configure_culler
+configure_culler(c, admins=["admin"], port={port}, args=["--interval", "1", "--stopped-keep", "3",
+    "--idle-limit", "20", "--warn-before", "5", "--orphan-grace", "3"{extra}])
 c.JupyterHub.load_roles[0]["scopes"].append("custom:gpusessions:admin")
 """
 
