@@ -125,6 +125,10 @@ def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphan
         with urllib.request.urlopen(hub.url + "/services/gpusessions/metrics", timeout=10) as r:
             metrics = r.read().decode()
         assert 'gpusessions_culler_actions_total{action="cull"} 1' in metrics
+        assert 'gpusessions_culls_total{reason="idle"} 1' in metrics
+        assert 'gpusessions_culls_total{reason="stopped"} 1' in metrics
+        assert 'gpusessions_culls_total{reason="orphan"} 1' in metrics
+        assert 'gpusessions_idle_gpu_seconds_total{profile="mig-1g-10gb"}' in metrics
         assert 'gpusessions_held_gpus{state="running",profile="mig-1g-10gb",queue=""} 2' in metrics
     finally:
         hub.stop()

@@ -55,6 +55,8 @@ class Culler:
     sessions: list[Session] = field(default_factory=list)
     decisions: dict[str, Decision] = field(default_factory=dict)
     actions: Counter[str] = field(default_factory=Counter)
+    culls: Counter[str] = field(default_factory=Counter)  # by reason: idle, max-age, stopped, orphan, admin
+    idle_gpu_seconds: dict[str, float] = field(default_factory=dict)  # by profile
     cycles: int = 0
     last_cycle: float | None = None
     last_error: str | None = None
@@ -88,6 +90,13 @@ class Culler:
         )
         await asyncio.gather(*(self._agent(s) for s in sessions))
         now = time.time() if now is None else now
+        if self.last_cycle is not None:
+            # GPU-seconds held while idle since the last cycle (bounded, in case cycles stalled).
+            dt = min(max(0.0, now - self.last_cycle), 600.0)
+            for s in sessions:
+                if s.allocated and not s.gpu_busy_now:
+                    held = dt * max(1, len(s.devices))
+                    self.idle_gpu_seconds[s.profile] = self.idle_gpu_seconds.get(s.profile, 0.0) + held
         out = []
         for s in sessions:
             d = decide(s, now, self.policy)
@@ -135,9 +144,11 @@ class Culler:
                 {WARNED_AT: str(now), CULL_AT: str(d.at or now), CULL_REASON: d.reason[:200]},
             )
         elif d.action == CULL:
+            self.culls["max-age" if "maximum age" in d.reason else "idle"] += 1
             await self.hub.stop_server(s.user or "", s.server or "")
             await self.cluster.release(s.namespace, s.claim, s.holder)
         elif d.action in (RELEASE, ORPHAN):
+            self.culls["stopped" if d.action == RELEASE else "orphan"] += 1
             await self.cluster.release(s.namespace, s.claim, s.holder)
 
     def describe(self, now: float | None = None) -> list[Obj]:
@@ -194,6 +205,19 @@ class Culler:
         for action, n in sorted(self.actions.items()):
             lines.append(f'gpusessions_culler_actions_total{{action="{action}"}} {n}')
         lines += [
+            "# HELP gpusessions_culls_total GPUs released by the culler (or an admin), by reason.",
+            "# TYPE gpusessions_culls_total counter",
+        ]
+        lines += [f'gpusessions_culls_total{{reason="{r}"}} {n}' for r, n in sorted(self.culls.items())]
+        lines += [
+            "# HELP gpusessions_idle_gpu_seconds_total GPU-seconds held while the GPU was idle, by profile.",
+            "# TYPE gpusessions_idle_gpu_seconds_total counter",
+        ]
+        lines += [
+            f'gpusessions_idle_gpu_seconds_total{{profile="{p}"}} {v:.1f}'
+            for p, v in sorted(self.idle_gpu_seconds.items())
+        ]
+        lines += [
             "# HELP gpusessions_culler_cycles_total Culler cycles run.",
             "# TYPE gpusessions_culler_cycles_total counter",
             f"gpusessions_culler_cycles_total {self.cycles}",
@@ -210,6 +234,7 @@ class Culler:
         if s is None:
             return False
         self._log("release-by-admin", s.key, "released from the admin page")
+        self.culls["admin"] += 1
         if s.running:
             await self.hub.stop_server(s.user or "", s.server or "")
         await self.cluster.release(namespace, claim, s.holder)
