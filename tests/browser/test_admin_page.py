@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
-from tests.browser.test_picker_browser import ARTIFACTS, CHROMIUM
+from playwright.sync_api import Browser, expect
+from tests.browser.conftest import ARTIFACTS, login
 from tests.integration.hubtools import spawn
 from tests.integration.test_culler import culler_hub
 
@@ -26,39 +25,12 @@ def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
     h.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--no-first-run",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        yield b
-        b.close()
-
-
-def _login(page: Page, hub: Hub, user: str) -> None:
-    page.goto(hub.url + "/hub/login")
-    page.get_by_label("Username").fill(user)
-    page.get_by_label("Password").fill("test-password")
-    page.get_by_role("button", name=re.compile("sign in", re.I)).click()
-    page.wait_for_url(re.compile(r"/(hub|user)/"))
-
-
 def test_admin_releases_a_gpu_and_others_are_refused(
     browser: Browser, hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
     spawn(hub, "gina", {"profile": "mig-1g-10gb"})
     page = browser.new_page(viewport={"width": 1400, "height": 800})
-    _login(page, hub, "admin")
+    login(page, hub, "admin")
     page.goto(hub.url + "/services/gpusessions/")
     row = page.locator("tr[data-claim='gpu-gina']")
     expect(row).to_be_visible(timeout=30000)
@@ -81,7 +53,7 @@ def test_admin_releases_a_gpu_and_others_are_refused(
     page.close()
 
     other = browser.new_context().new_page()
-    _login(other, hub, "eve")
+    login(other, hub, "eve")
     resp = other.goto(hub.url + "/services/gpusessions/")
     assert resp is not None and resp.status == 403
     other.close()
@@ -100,7 +72,7 @@ def test_user_is_warned_on_the_home_page_and_keeps_the_gpu(
         "the culler's warning",
     )
     page = browser.new_page()
-    _login(page, hub, "hal")
+    login(page, hub, "hal")
     page.goto(hub.url + "/hub/home")
     warning = page.locator(".gpusessions-warning")
     expect(warning).to_contain_text("will be released at", timeout=15000)

@@ -9,19 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, expect
+from tests.browser.conftest import login, shot
 from tests.integration.hubtools import gpu_hub
 
 from localcluster import waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
-from localcluster.paths import REPO_ROOT
 from localcluster.testing import claim, exec_pod
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = REPO_ROOT / "test-artifacts"
 # The small shape: 2 static 1g.10gb on GPU 0 + 7 placements on partitionable GPU 1.
 ONE_G_IN_SMALL_SHAPE = 9
 
@@ -33,52 +31,17 @@ def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
     h.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium", pytrace=False)
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        yield b
-        b.close()
-
-
-def _shot(page: Page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-def _login(page: Page, hub: Hub, user: str) -> None:
-    page.goto(hub.url + "/hub/login")
-    page.get_by_label("Username").fill(user)
-    page.get_by_label("Password").fill("test-password")
-    page.get_by_role("button", name=re.compile("sign in", re.I)).click()
-    page.wait_for_url(re.compile(r"/hub/(spawn|home)"))
-
-
 def test_pick_a_mig_slice_and_land_in_jupyterlab(
     browser: Browser, hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
     page = browser.new_page(viewport={"width": 1200, "height": 900})
-    _login(page, hub, "alice")
+    login(page, hub, "alice")
     page.goto(hub.url + "/hub/spawn")
     avail = page.locator("#gs-avail-mig-1g-10gb")
     expect(avail).to_have_text(f"{ONE_G_IN_SMALL_SHAPE} of {ONE_G_IN_SMALL_SHAPE} free now.")
     expect(page.locator("#gs-avail-cpu")).to_have_text("No GPU: starts right away.")
     expect(page.locator("#gs-desc-mig-1g-10gb")).to_contain_text("9.8 GiB GPU memory, 1/7 of a GPU")
-    _shot(page, "picker-1-all-free")
+    shot(page, "picker-1-all-free")
 
     # Someone else takes a 1g.10gb: the open page updates by itself.
     api.create(
@@ -90,7 +53,7 @@ def test_pick_a_mig_slice_and_land_in_jupyterlab(
     expect(avail).to_have_text(
         f"{ONE_G_IN_SMALL_SHAPE - 1} of {ONE_G_IN_SMALL_SHAPE} free now.", timeout=15000
     )
-    _shot(page, "picker-2-live-update")
+    shot(page, "picker-2-live-update")
 
     # Keyboard: the label is the radio's accessible name.
     radio = page.get_by_role("radio", name="MIG 1g.10gb", exact=True)
@@ -100,7 +63,7 @@ def test_pick_a_mig_slice_and_land_in_jupyterlab(
     page.get_by_role("button", name=re.compile("start", re.I)).click()
     page.wait_for_url(re.compile(r"/user/alice/lab"), timeout=90000)
     expect(page.locator(".jp-LabShell, #jp-main-dock-panel").first).to_be_visible(timeout=60000)
-    _shot(page, "picker-3-jupyterlab")
+    shot(page, "picker-3-jupyterlab")
     c = api.get("ResourceClaim", "gpu-alice", namespace)
     assert "1g10gb" in c["status"]["allocation"]["devices"]["results"][0]["device"]
     page.close()
@@ -120,5 +83,5 @@ def test_the_basic_choice_works_without_javascript(browser: Browser, hub: Hub) -
         "els => els.map(e => e.labels.length)"
     )
     assert labels and all(n == 1 for n in labels), "every radio has a label"
-    _shot(page, "picker-0-no-javascript")
+    shot(page, "picker-0-no-javascript")
     ctx.close()

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +14,10 @@ import pytest
 from gpusessions.claims import AGENT_PORT, GPURequest, HolderSettings, build_claim, build_holder_pod
 from localcluster import waits
 from localcluster.kubeapi import KubeAPI
-from localcluster.paths import ClusterPaths
 
 from .hubtools import process_env
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def load_file() -> Iterator[Path]:
-    path = ClusterPaths.default().root / "fake-nvml" / "load.json"
-    before = path.read_text()
-    yield path
-    path.write_text(before)
 
 
 def _status(ip: str) -> dict[str, Any]:

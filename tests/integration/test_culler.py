@@ -6,7 +6,6 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from gpusessions.claims import GPURequest, build_claim
 from localcluster import waits
 from localcluster.hubproc import Hub, free_port, start_hub
 from localcluster.kubeapi import KubeAPI
-from localcluster.paths import ClusterPaths
 
 from .hubtools import GPU_HUB_CONFIG, process_env, spawn, stop
 
@@ -37,14 +35,6 @@ def culler_hub(
     extra = ', "--dry-run"' if dry_run else ""
     cfg = GPU_HUB_CONFIG.format(namespace=namespace) + CULLER.format(port=free_port(), extra=extra)
     return start_hub(cfg, workdir, ports=ports)
-
-
-@pytest.fixture
-def load_file() -> Iterator[Path]:
-    path = ClusterPaths.default().root / "fake-nvml" / "load.json"
-    before = path.read_text()
-    yield path
-    path.write_text(before)
 
 
 def sessions(hub: Hub, token: str | None = None) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,53 @@
+"""Headless Debian Chromium driven by Playwright, shared by the browser tests."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from localcluster.hubproc import Hub
+from localcluster.paths import REPO_ROOT
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium", pytrace=False)
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            # No background traffic: this machine reaches no network but its own.
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield b
+        b.close()
+
+
+def shot(page: Page, name: str) -> None:
+    """Save a screenshot as a test artifact (test-artifacts/<name>.png)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def login(page: Page, hub: Hub, user: str) -> None:
+    page.goto(hub.url + "/hub/login")
+    page.get_by_label("Username").fill(user)
+    page.get_by_label("Password").fill("test-password")
+    page.get_by_role("button", name=re.compile("sign in", re.I)).click()
+    page.wait_for_url(re.compile(r"/(hub|user)/"))
