@@ -16,8 +16,10 @@ CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    # Per module: Playwright's sync API keeps an event loop running until it exits,
+    # which other (asyncio/tornado) tests in the same process must not find.
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium", pytrace=False)
     with sync_playwright() as p:
