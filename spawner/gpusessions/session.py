@@ -180,6 +180,9 @@ class GPUSession:
     async def _wait_allocated(self, timeout: float) -> Obj:
         deadline = time.monotonic() + timeout
         last_msg = ""
+        # Back off while waiting (up to 5 s between reads), so a long wait costs tens of
+        # API reads, not one pair every half second.
+        interval = self.poll
         holder: Obj | None = None
         claim: Obj | None = None
         while True:
@@ -201,7 +204,8 @@ class GPUSession:
                 self.log.info("GPU allocation timed out for %s: %s", self.n.claim, text)
                 await self.release(wait=False)
                 raise Refused(text, reason="gpu-timeout")
-            await asyncio.sleep(self.poll)
+            await asyncio.sleep(interval)
+            interval = min(interval * 1.5, max(self.poll, 5.0))
 
     # -- release -----------------------------------------------------------------------
     async def release(self, wait: bool = False) -> bool:
