@@ -47,6 +47,11 @@ def sessions(hub: Hub, token: str | None = None) -> dict[str, dict[str, Any]]:
     return {s["claim"]: s for s in body["sessions"]}
 
 
+def _metrics(hub: Hub) -> str:
+    with urllib.request.urlopen(hub.url + "/services/gpusessions/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
 def _claim_gone(api: KubeAPI, ns: str, name: str) -> bool:
     return api.get_or_none("ResourceClaim", name, ns) is None
 
@@ -112,14 +117,19 @@ def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphan
         assert view["gpu-bob"]["decision"] == "none" and view["gpu-bob"]["gpu"][0]["busy"]
         assert view["gpu-bob"]["gpu_idle_seconds"] == 0
         assert view["gpu-dave"]["keep_until"]
-        with urllib.request.urlopen(hub.url + "/services/gpusessions/metrics", timeout=10) as r:
-            metrics = r.read().decode()
+        # The gauge follows the culler's last cycle, which may predate carol's stop by a second.
+        held = 'gpusessions_held_gpus{state="running",profile="mig-1g-10gb",queue=""} 2'
+        metrics = waits.wait_for(
+            lambda: next((m for m in [_metrics(hub)] if held in m), None),
+            15,
+            "the held-GPU gauge to show bob and dave running",
+            lambda: _metrics(hub),
+        )
         assert 'gpusessions_culler_actions_total{action="cull"} 1' in metrics
         assert 'gpusessions_culls_total{reason="idle"} 1' in metrics
         assert 'gpusessions_culls_total{reason="stopped"} 1' in metrics
         assert 'gpusessions_culls_total{reason="orphan"} 1' in metrics
         assert 'gpusessions_idle_gpu_seconds_total{profile="mig-1g-10gb"}' in metrics
-        assert 'gpusessions_held_gpus{state="running",profile="mig-1g-10gb",queue=""} 2' in metrics
     finally:
         hub.stop()
 
