@@ -26,6 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(BIN)/pip install --quiet --upgrade pip
 	@echo "gpusessions: installing the package and test tools (first time: a minute or two) ..."
 	@$(BIN)/pip install --quiet -e '.[dev]'
+	@$(BIN)/python -m gpusessions.notebook.install >/dev/null
 	@touch $@
 
 venv: $(VENV)/.installed

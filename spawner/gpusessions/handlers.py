@@ -69,18 +69,46 @@ def _my_claims(user_name: str) -> list[dict[str, Any]]:
     ]
 
 
-class WarningsHandler(APIHandler):
-    """GET /hub/api/gpusessions/users/<user>/warnings: the culler's warnings for this user's GPUs."""
+def _authorize(handler: APIHandler, scope: str, user_name: str, server: str | None) -> None:
+    """Allow `scope` on the user or, when `server` is given, on just that server.
 
-    @needs_scope("read:servers")
+    A notebook server's own token holds its scopes on that one server only (see
+    GPUSessionSpawner.server_token_scopes), which is enough for its own warning and "keep".
+    """
+    from jupyterhub.scopes import has_scope
+
+    if handler.current_user is None:
+        raise web.HTTPError(403, "Not authenticated.")
+    wanted = [f"{scope}!user={user_name}"]
+    if server is not None:
+        wanted.append(f"{scope}!server={user_name}/{server}")
+    if any(has_scope(w, handler.parsed_scopes, db=handler.db) for w in wanted):
+        return
+    raise web.HTTPError(404, f"No access to the servers of {user_name}.")
+
+
+class WarningsHandler(APIHandler):
+    """GET /hub/api/gpusessions/users/<user>/warnings[?server=<name>]: the culler's warnings.
+
+    Without `server`, every server of the user (needs read:servers on the user); with it,
+    that server only (its own notebook token is enough).
+    """
+
     async def get(self, user_name: str) -> None:
         from .culler.model import CULL_AT, CULL_REASON, KEEP_UNTIL, WARNED_AT
         from .watch import cluster_view
 
+        server = self.get_argument("server", None)
+        if server is None:
+            _authorize(self, "read:servers", user_name, None)
+        else:
+            _authorize(self, "read:servers", user_name, server)
         await cluster_view().wait_ready(timeout=5)
         out = []
         for c in _my_claims(user_name):
             ann = c["metadata"].get("annotations") or {}
+            if server is not None and ann.get(L.SERVER_ANNOTATION, "") != server:
+                continue
             if ann.get(WARNED_AT) and not ann.get(KEEP_UNTIL):
                 out.append(
                     {
@@ -98,17 +126,17 @@ class WarningsHandler(APIHandler):
 class KeepHandler(APIHandler):
     """POST /hub/api/gpusessions/users/<user>/keep[?server=<name>]: hold off the culler for a while."""
 
-    @needs_scope("servers")
     async def post(self, user_name: str) -> None:
         import time
 
         from .culler.model import CULL_AT, CULL_REASON, KEEP_UNTIL, WARNED_AT
         from .kube import SessionAPI
 
+        server = self.get_argument("server", "")
+        _authorize(self, "servers", user_name, server)
         user = self.find_user(user_name)
         if user is None:
             raise web.HTTPError(404, f"No such user: {user_name}")
-        server = self.get_argument("server", "")
         if server and server not in user.orm_spawners:
             raise web.HTTPError(404, f"{user_name} has no server named {server}")
         spawner = user.spawners[server]

@@ -20,6 +20,8 @@ REQUEST_HASH = "gpusessions.io/request-hash"
 PROFILE_ANNOTATION = "gpusessions.io/profile"
 CLAIM_ANNOTATION = "gpusessions.io/claim"
 MANAGER = "gpusessions"
+# KAI Scheduler's queue label: on the notebook pod, the holder pod and the claim.
+QUEUE_LABEL = "kai.scheduler/queue"
 
 
 def label_value(name: str) -> str:

@@ -247,6 +247,16 @@ class GPUSessionSpawner(KubeSpawner):
         except InvalidOptions as e:
             raise SpawnException(str(e), reason="invalid-options") from None
 
+    @default("server_token_scopes")
+    def _gpusessions_server_token_scopes(self) -> list[str]:
+        """The `server` role's scopes, plus reading and keeping this one server's GPU.
+
+        The notebook's GPU notice (gpusessions.notebook) asks the hub for the culler's
+        warning about this server and sends "Keep my GPU" with `$JUPYTERHUB_API_TOKEN`;
+        `!server` limits both to this server, not the user's other servers.
+        """
+        return ["access:servers!server", "users:activity!user", "read:servers!server", "servers!server"]
+
     @default("options_form")
     def _gpusessions_options_form(self) -> Any:
         """The picker: sizes with what is free now, rendered fresh for each view from the shared watch."""

@@ -30,9 +30,15 @@ c.JupyterHub.load_roles[0]["scopes"].append("custom:gpusessions:admin")
 
 
 def culler_hub(
-    namespace: str, workdir: Path, dry_run: bool = False, ports: tuple[int, int, int] | None = None
+    namespace: str,
+    workdir: Path,
+    dry_run: bool = False,
+    ports: tuple[int, int, int] | None = None,
+    args: tuple[str, ...] = (),
 ) -> Hub:
+    """A GPU hub with the culler service; `args` are added to (and override) its flags."""
     extra = ', "--dry-run"' if dry_run else ""
+    extra += "".join(f", {a!r}" for a in args)
     cfg = GPU_HUB_CONFIG.format(namespace=namespace) + CULLER.format(port=free_port(), extra=extra)
     return start_hub(cfg, workdir, ports=ports)
 

@@ -135,7 +135,7 @@ def test_join_claims_holders_and_hub() -> None:
             "metadata": {
                 "namespace": "ns",
                 "name": "gpu-a",
-                "labels": {"app.kubernetes.io/managed-by": "gpusessions"},
+                "labels": {"app.kubernetes.io/managed-by": "gpusessions", "kai.scheduler/queue": "team-a"},
                 "annotations": ann,
                 "creationTimestamp": "2026-11-29T10:00:00Z",
             },
@@ -170,9 +170,22 @@ def test_join_claims_holders_and_hub() -> None:
     users = [{"name": "a.b", "servers": {"exp": {"ready": True, "last_activity": "2026-11-29T11:00:00Z"}}}]
     [s], orphans = join(claims, holders, users)
     assert (s.user, s.server, s.profile, s.node, s.devices) == ("a.b", "exp", "mig", "n1", ["n1/d1"])
+    assert s.queue == "team-a"
     assert (s.holder, s.holder_ip, s.holder_restarts) == ("gpu-holder-a", "127.1.0.5", 2)
     assert s.hub_user and s.hub_server and s.running and s.state == "running"
     assert s.notebook_last_activity == s.created + 3600
     assert [o["metadata"]["name"] for o in orphans] == ["stray"]
     [s], _ = join(claims, holders, [])
     assert not s.hub_user
+
+
+def test_metrics_carry_the_queue_and_escape_label_values() -> None:
+    from gpusessions.culler.service import Culler
+
+    c = Culler.__new__(Culler)
+    c.sessions = [running(queue="team-a"), running(claim="gpu-b", queue="team-a"), running(profile='x"y')]
+    c.actions, c.culls, c.idle_gpu_seconds, c.cycles = {}, {}, {'x"y': 2.0}, 1
+    text = c.metrics()
+    assert 'gpusessions_held_gpus{state="running",profile="",queue="team-a"} 2' in text
+    assert 'gpusessions_held_gpus{state="running",profile="x\\"y",queue=""} 1' in text
+    assert 'gpusessions_idle_gpu_seconds_total{profile="x\\"y"} 2.0' in text

@@ -43,6 +43,7 @@ class Session:
     user: str | None
     server: str | None
     profile: str = ""
+    queue: str = ""
     created: float | None = None
     allocated: bool = False
     node: str | None = None
@@ -100,6 +101,7 @@ def session_from_claim(claim: Obj) -> Session:
         user=ann.get(L.USER_ANNOTATION),
         server=ann.get(L.SERVER_ANNOTATION),
         profile=ann.get(L.PROFILE_ANNOTATION, ""),
+        queue=(md.get("labels") or {}).get(L.QUEUE_LABEL, ""),
         created=parse_time(md.get("creationTimestamp")),
         allocated=bool(allocation(claim)),
         node=allocated_node(claim),

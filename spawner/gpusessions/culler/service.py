@@ -179,7 +179,7 @@ class Culler:
                     else (
                         None if (last_busy or s.created) is None else now - (last_busy or s.created or now)
                     ),
-                    "queue": None,
+                    "queue": s.queue or None,
                     "keep_until": iso(s.keep_until),
                     "warned_at": iso(s.warned_at),
                     "decision": d.action,
@@ -192,12 +192,13 @@ class Culler:
 
     def metrics(self) -> str:
         lines = [
-            "# HELP gpusessions_held_gpus Sessions holding a claim, by state and profile.",
+            "# HELP gpusessions_held_gpus Sessions holding a claim, by state, profile and queue.",
             "# TYPE gpusessions_held_gpus gauge",
         ]
-        held = Counter((s.state, s.profile) for s in self.sessions)
-        for (state, profile), n in sorted(held.items()):
-            lines.append(f'gpusessions_held_gpus{{state="{state}",profile="{profile}",queue=""}} {n}')
+        held = Counter((s.state, s.profile, s.queue) for s in self.sessions)
+        for (state, profile, queue), n in sorted(held.items()):
+            labels = f'state="{state}",profile="{_label(profile)}",queue="{_label(queue)}"'
+            lines.append(f"gpusessions_held_gpus{{{labels}}} {n}")
         lines += [
             "# HELP gpusessions_culler_actions_total Actions taken, by action.",
             "# TYPE gpusessions_culler_actions_total counter",
@@ -214,7 +215,7 @@ class Culler:
             "# TYPE gpusessions_idle_gpu_seconds_total counter",
         ]
         lines += [
-            f'gpusessions_idle_gpu_seconds_total{{profile="{p}"}} {v:.1f}'
+            f'gpusessions_idle_gpu_seconds_total{{profile="{_label(p)}"}} {v:.1f}'
             for p, v in sorted(self.idle_gpu_seconds.items())
         ]
         lines += [
@@ -239,6 +240,11 @@ class Culler:
             await self.hub.stop_server(s.user or "", s.server or "")
         await self.cluster.release(namespace, claim, s.holder)
         return True
+
+
+def _label(value: str) -> str:
+    """A Prometheus label value, escaped as the text format asks."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 # -- HTTP ------------------------------------------------------------------------------------
@@ -271,6 +277,7 @@ COLUMNS = [
     ("user", "User"),
     ("server", "Server"),
     ("profile", "Profile"),
+    ("queue", "Queue"),
     ("node", "Node / device"),
     ("state", "State"),
     ("gpu", "GPU memory and activity"),
