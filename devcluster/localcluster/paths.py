@@ -48,6 +48,11 @@ class ClusterPaths:
         return self.root / "pods"
 
     @property
+    def homes(self) -> Path:
+        """Home folders of users' notebook containers, kept across pods (as a home volume is)."""
+        return self.root / "homes"
+
+    @property
     def kubeconfig(self) -> Path:
         return self.root / "kubeconfig"
 

@@ -56,7 +56,7 @@ def container_argv(container: Obj, mode: str, holder_argv: list[str], as_root: b
             cmd = cmd[1:]
         if not cmd or cmd[0].startswith("-"):
             cmd = ["jupyterhub-singleuser", *cmd]
-        if as_root:
+        if as_root and _is_jupyter_server(cmd):
             cmd.append("--ServerApp.allow_root=True")
         return cmd
     if mode == HOLDER:
@@ -64,6 +64,25 @@ def container_argv(container: Obj, mode: str, holder_argv: list[str], as_root: b
     if mode == EXEC:
         return cmd
     return []
+
+
+def _is_jupyter_server(cmd: list[str]) -> bool:
+    """A notebook server (which refuses root without allow_root), not e.g. a kernel gateway."""
+    first = cmd[0].rsplit("/", 1)[-1]
+    if first in ("jupyterhub-singleuser", "jupyter-lab", "jupyter-server", "jupyter-notebook"):
+        return True
+    return first == "jupyter" and len(cmd) > 1 and cmd[1] in ("lab", "server", "notebook")
+
+
+def tcp_probe_port(container: Obj) -> int | None:
+    """The port of a tcpSocket readinessProbe (a number or a named container port)."""
+    port = (((container.get("readinessProbe") or {}).get("tcpSocket")) or {}).get("port")
+    if isinstance(port, int):
+        return port
+    for p in container.get("ports") or []:
+        if port is not None and p.get("name") == port:
+            return int(p["containerPort"])
+    return None
 
 
 def _field(pod: Obj, path: str, pod_ip: str, host_ip: str) -> str:

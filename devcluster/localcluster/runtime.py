@@ -23,6 +23,7 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -54,6 +55,7 @@ log = logging.getLogger("runtime")
 
 RESTART_BACKOFF_START = 1.0
 RESTART_BACKOFF_MAX = 30.0
+PROBE_PERIOD = 1.0  # seconds between tcpSocket readiness probes
 RESYNC_SECONDS = 30.0
 _PR_SET_PDEATHSIG = 1
 
@@ -82,12 +84,19 @@ class Container:
     waiting_message: str | None = None
     backoff: float = RESTART_BACKOFF_START
     restart_at: float | None = None
+    probe_port: int | None = None  # a tcpSocket readinessProbe
+    probed_ready: bool = False
+    probed_at: float = 0.0
 
     @property
     def running(self) -> bool:
         if self.mode == podspec.NONE:
             return self.terminated is None and self.waiting_reason is None
         return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def ready(self) -> bool:
+        return self.running and (self.probe_port is None or self.probed_ready)
 
 
 @dataclass
@@ -302,6 +311,9 @@ class Runtime:
             for c in run.containers.values():
                 if c.proc and c.proc.poll() is None:
                     _signal_group(c.proc, signal.SIGKILL)
+                    # Reap it: a pod deleted at once must not leave zombies behind.
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        c.proc.wait(timeout=5)
             self.ips.release(run.ip)
 
     def _begin_delete(self, pod: Obj, run: PodRun | None) -> None:
@@ -403,9 +415,23 @@ class Runtime:
         home.mkdir(parents=True, exist_ok=True)
         return home
 
+    def _user_home(self, run: PodRun) -> Path | None:
+        """A notebook-image container of a user's pod (notebook, or kernels in the holder) gets
+        that user's server home, kept across pods like the home volume z2jh gives each user."""
+        labels = run.pod["metadata"].get("labels") or {}
+        user = labels.get("hub.jupyter.org/username")
+        if not user:
+            return None
+        server = labels.get("hub.jupyter.org/servername", "")
+        home = self.paths.homes / run.namespace / (f"{user}--{server}" if server else user)
+        home.mkdir(parents=True, exist_ok=True)
+        return home
+
     def _start_container(self, run: PodRun, spec: Obj, cont: Container) -> None:
         cont.waiting_reason = cont.waiting_message = None
         cont.started_at = now_iso()
+        cont.probe_port = podspec.tcp_probe_port(spec)
+        cont.probed_ready = False
         if cont.mode == podspec.NONE:
             return
         pod = run.pod
@@ -417,9 +443,10 @@ class Runtime:
             self._fail_start(run, cont, "CreateContainerConfigError", str(e))
             return
         home = self._pod_home(run)
+        user_home = self._user_home(run) if cont.mode == podspec.SINGLEUSER else None
         base = {
             "PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(home),
+            "HOME": str(user_home or home),
             "LANG": "C.UTF-8",
             "HOSTNAME": run.name,
             "PYTHONUNBUFFERED": "1",
@@ -452,7 +479,7 @@ class Runtime:
             cont.proc = subprocess.Popen(
                 [exe, *argv[1:]],
                 env=full,
-                cwd=str(home),
+                cwd=str(user_home or home),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -532,6 +559,12 @@ class Runtime:
                         code = 128 - code
                     self._on_exit(run, cont, code, "Completed" if code == 0 else "Error")
                     changed = True
+                if cont.probe_port is not None and cont.running and now - cont.probed_at >= PROBE_PERIOD:
+                    cont.probed_at = now
+                    ok = _tcp_open(run.ip, cont.probe_port)
+                    if ok != cont.probed_ready:
+                        cont.probed_ready = ok
+                        changed = True
                 if cont.restart_at is not None and now >= cont.restart_at and not run.deleting:
                     cont.restart_at = None
                     cont.restart_count += 1
@@ -624,6 +657,15 @@ def fake_nvml_gpus(node: NodeSpec) -> list[Obj]:
     return out
 
 
+def _tcp_open(ip: str, port: int) -> bool:
+    """A kubelet's tcpSocket probe: something accepts connections there."""
+    try:
+        with socket.create_connection((ip, port), timeout=0.3):
+            return True
+    except OSError:
+        return False
+
+
 def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
     with contextlib.suppress(OSError):
         os.killpg(p.pid, sig)
@@ -645,7 +687,7 @@ def _container_status(spec: Obj, cont: Container, pod_uid: str) -> Obj:
         "imageID": "devcluster://" + spec.get("image", ""),
         "containerID": f"devcluster://{pod_uid}/{cont.name}",
         "restartCount": cont.restart_count,
-        "ready": cont.running,
+        "ready": cont.ready,
         "started": cont.running,
     }
     if cont.running:

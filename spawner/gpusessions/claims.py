@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import labels as L
+from .kernels import KernelSettings, gateway_container, token_env
 
 Obj = dict[str, Any]
 REQUEST_NAME = "gpu"  # the request in the claim, and the claim's name in pod specs
@@ -141,8 +142,11 @@ def build_holder_pod(
     username: str,
     servername: str,
     extra_labels: dict[str, str] | None = None,
+    kernels: KernelSettings | None = None,
 ) -> Obj:
-    """The pod that keeps the claim allocated while the notebook pod comes and goes."""
+    """The pod that keeps the claim allocated while the notebook pod comes and goes.
+
+    With `kernels`, it also runs the kernel gateway that hosts the user's kernels."""
     container: Obj = {
         "name": "holder",
         "image": settings.image,
@@ -180,6 +184,17 @@ def build_holder_pod(
         "resourceClaims": [{"name": REQUEST_NAME, "resourceClaimName": claim_name}],
         "containers": [container],
     }
+    if kernels is not None:
+        spec["containers"].append(gateway_container(kernels, REQUEST_NAME))
+        # The agent maps NVML's process ids to kernels, so it must see the gateway's processes.
+        spec["shareProcessNamespace"] = True
+        container["env"] += [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "GPUSESSIONS_KERNELS_URL", "value": f"http://$(POD_IP):{kernels.port}"},
+            token_env("GPUSESSIONS_KERNELS_TOKEN", kernels.secret),
+        ]
+        if kernels.volumes:
+            spec["volumes"] = [dict(v) for v in kernels.volumes]
     if settings.node_selector:
         spec["nodeSelector"] = dict(settings.node_selector)
     if settings.tolerations:

@@ -112,6 +112,19 @@ class SessionAPI:
         r = await self._call(self.core.delete_namespaced_pod, name, namespace, **kwargs)
         return r is not None
 
+    # -- secrets (the kernel gateway's token) --------------------------------------
+    async def get_secret_metadata(self, namespace: str, name: str) -> Obj | None:
+        """The Secret's metadata only: the hub never needs the value."""
+        r = await self._call(self.core.read_namespaced_secret, name, namespace)
+        return self._dict(r.metadata) if r is not None else None
+
+    async def create_secret(self, body: Obj) -> None:
+        await self._call(self.core.create_namespaced_secret, body["metadata"]["namespace"], body)
+
+    async def delete_secret(self, namespace: str, name: str) -> bool:
+        r = await self._call(self.core.delete_namespaced_secret, name, namespace)
+        return r is not None
+
     async def pod_events(self, namespace: str, name: str) -> list[Obj]:
         sel = f"involvedObject.kind=Pod,involvedObject.name={name}"
         r = await self._call(self.core.list_namespaced_event, namespace, field_selector=sel)

@@ -50,3 +50,12 @@ def timed_out(what: str, seconds: float, holder: Obj | None, claim: Obj | None) 
         f"No GPU ({what}) became free within {seconds:.0f} seconds; {seen}. "
         "Your request was withdrawn: try again later or pick another size."
     )
+
+
+def gateway_timeout(seconds: float, holder: Obj | None) -> str:
+    why = scheduler_message(holder) if holder else ""
+    return (
+        f"Your GPU is ready, but the kernel host beside it did not start within {seconds:.0f} s"
+        + (f" ({why})" if why else "")
+        + ". Try again; if it keeps failing, ask your admin to check the holder pod's kernels container."
+    )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import claims as C
+from . import kernels as K
 from . import labels as L
 from . import progress as P
 from .kube import Conflict, SessionAPI
@@ -45,6 +46,7 @@ class SessionNames:
 class Allocation:
     claim: Obj
     kept: bool
+    gateway_url: str | None = None
     node: str | None = field(init=False)
     devices: list[tuple[str, str, str]] = field(init=False)
 
@@ -64,6 +66,7 @@ class GPUSession:
         log: logging.Logger | logging.LoggerAdapter[Any] | None = None,
         extra_labels: dict[str, str] | None = None,
         poll_interval: float = 0.5,
+        kernels: K.KernelSettings | None = None,
     ):
         self.api = api
         self.n = names
@@ -73,20 +76,82 @@ class GPUSession:
         self.log = log or logging.getLogger("gpusessions")
         self.extra_labels = extra_labels or {}
         self.poll = poll_interval
+        self.kernels = kernels
         self.what = request.describe()
 
     # -- start -----------------------------------------------------------------------
     async def ensure(self, timeout: float) -> Allocation:
         await self._check_offered()
         claim, kept = await self._ensure_claim()
+        if self.kernels is not None:
+            await self._ensure_secret(claim)
         await self._ensure_holder()
+        deadline = time.monotonic() + timeout
         if kept and C.allocation(claim):
             self.emit(P.kept(self.what, claim))
-            return Allocation(claim, kept=True)
-        self.emit(f"Waiting for a GPU ({self.what}) ...")
-        claim = await self._wait_allocated(timeout)
-        self.emit(P.allocated(self.what, claim))
-        return Allocation(claim, kept=False)
+            alloc = Allocation(claim, kept=True)
+        else:
+            self.emit(f"Waiting for a GPU ({self.what}) ...")
+            claim = await self._wait_allocated(timeout)
+            self.emit(P.allocated(self.what, claim))
+            alloc = Allocation(claim, kept=False)
+        if self.kernels is not None:
+            alloc.gateway_url = await self._wait_gateway(max(deadline - time.monotonic(), 30.0))
+        return alloc
+
+    async def _ensure_secret(self, claim: Obj) -> None:
+        """The gateway's token: kept with the claim (a notebook restart must not change it)."""
+        assert self.kernels is not None
+        name = self.kernels.secret
+        for _ in range(3):
+            md = await self.api.get_secret_metadata(self.n.namespace, name)
+            if md is not None:
+                if not self._owned({"metadata": md}):
+                    raise Refused(
+                        f"A Secret named {name} already exists in {self.n.namespace} and does not "
+                        "belong to this server; nothing was changed. Ask your admin.",
+                        reason="kernels-secret-conflict",
+                    )
+                if K.owned_by_claim(md, claim):
+                    return
+                # Left from an earlier claim (the collector will take it): replace it.
+                await self.api.delete_secret(self.n.namespace, name)
+                continue
+            body = K.build_secret(
+                name, self.n.namespace, K.new_token(), self.n.username, self.n.servername, claim
+            )
+            try:
+                await self.api.create_secret(body)
+                return
+            except Conflict:
+                continue
+        raise Refused(
+            f"Could not create the Secret {name}: it keeps changing.", reason="kernels-secret-conflict"
+        )
+
+    async def _wait_gateway(self, timeout: float) -> str:
+        """The holder's kernel gateway URL, once it answers (its readiness probe)."""
+        assert self.kernels is not None
+        deadline = time.monotonic() + timeout
+        said = False
+        interval = self.poll
+        while True:
+            holder = await self.api.get_pod(self.n.namespace, self.n.holder)
+            if holder is None:
+                raise Refused(
+                    "Your GPU holder pod disappeared while starting (released by an admin?).",
+                    reason="holder-gone",
+                )
+            url = K.gateway_url(holder, self.kernels.port)
+            if url:
+                return url
+            if not said:
+                self.emit("Starting your kernel host beside the GPU (kernels there survive restarts) ...")
+                said = True
+            if time.monotonic() >= deadline:
+                raise Refused(P.gateway_timeout(timeout, holder), reason="kernels-timeout")
+            await asyncio.sleep(interval)
+            interval = min(interval * 1.5, 2.0)
 
     async def _check_offered(self) -> None:
         for dc in self.request.device_classes():
@@ -167,6 +232,7 @@ class GPUSession:
                 self.n.username,
                 self.n.servername,
                 self.extra_labels,
+                self.kernels,
             )
             try:
                 self.log.info("Creating holder pod %s/%s", self.n.namespace, self.n.holder)
@@ -212,6 +278,8 @@ class GPUSession:
         """Delete holder and claim (404 is fine). True if anything was there."""
         had_holder = await self.api.delete_pod(self.n.namespace, self.n.holder, grace_seconds=0)
         had_claim = await self.api.delete_claim(self.n.namespace, self.n.claim)
+        # The gateway token goes with the session (404 when it never had one).
+        await self.api.delete_secret(self.n.namespace, K.secret_name(self.n.holder))
         if wait:
             await self._wait_pod_gone(60)
             await self._wait_claim_gone(60)

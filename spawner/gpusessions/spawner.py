@@ -33,6 +33,7 @@ from kubespawner import KubeSpawner
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
 
 from . import claims as C
+from . import kernels as K
 from . import labels as L
 from .kube import KubeError, SessionAPI
 from .options import InvalidOptions
@@ -118,6 +119,36 @@ class GPUSessionSpawner(KubeSpawner):
         config=True,
         help="""Seconds a user's "Keep my GPU" (answering the culler's warning) holds off culling.""",
     )
+    persist_kernels = Bool(
+        True,
+        config=True,
+        help="""Host the user's kernels in the holder pod (a Jupyter Kernel Gateway beside the
+        GPU), so kernels, their variables and the models they hold in GPU memory survive
+        notebook restarts. Only for GPU profiles; the notebook image needs
+        `jupyter_kernel_gateway` and this package. Kernels end when the GPU is released.""",
+    )
+    kernel_image = Unicode(
+        "",
+        config=True,
+        help="Image of the holder's kernel gateway container; empty means the notebook image.",
+    )
+    kernel_gateway_command = List(
+        Unicode(),
+        ["jupyter", "kernelgateway"],
+        config=True,
+        help="Command that starts the kernel gateway in `kernel_image` (configured by KG_* variables).",
+    )
+    kernel_port = Integer(
+        K.KERNEL_PORT,
+        config=True,
+        help="Port of the kernel gateway in the holder pod.",
+    )
+    kernel_resources = Dict(
+        {},
+        config=True,
+        help="""`resources` of the kernel gateway container (the kernels' CPU and memory live
+        there, not in the notebook pod); empty means none set.""",
+    )
     gpu_allocation_timeout = Float(
         300,
         config=True,
@@ -198,7 +229,28 @@ class GPUSessionSpawner(KubeSpawner):
             image_pull_policy=self.image_pull_policy or None,
         )
 
+    def _kernel_settings(self) -> K.KernelSettings:
+        def dicts(items: Any) -> tuple[dict[str, Any], ...]:
+            return tuple(x for x in (self._expand_all(list(items or [])) or []) if isinstance(x, dict))
+
+        static_env = {k: v for k, v in (self.environment or {}).items() if isinstance(v, str)}
+        return K.KernelSettings(
+            image=self.kernel_image or self.image,
+            secret=K.secret_name(self._names().holder),
+            port=self.kernel_port,
+            command=tuple(self.kernel_gateway_command),
+            uid=self.uid if isinstance(self.uid, int) else 1000,
+            gid=self.gid if isinstance(self.gid, int) else 100,
+            working_dir=self.working_dir or None,
+            resources=dict(self.kernel_resources),
+            env=tuple((k, self._expand_user_properties(v)) for k, v in sorted(static_env.items())),
+            volumes=dicts(self.volumes),
+            volume_mounts=dicts(self.volume_mounts),
+            image_pull_policy=self.image_pull_policy or None,
+        )
+
     def _session(self, request: C.GPURequest | None = None) -> GPUSession:
+        wants = request is not None and request.wants_gpu
         return GPUSession(
             SessionAPI(timeout=self.k8s_api_request_timeout),
             self._names(),
@@ -206,6 +258,7 @@ class GPUSessionSpawner(KubeSpawner):
             self._holder_settings(),
             emit=self._emit,
             log=self.log,
+            kernels=self._kernel_settings() if wants and self.persist_kernels else None,
         )
 
     def _emit(self, message: str) -> None:
@@ -384,6 +437,9 @@ class GPUSessionSpawner(KubeSpawner):
             "GPUSESSIONS_SESSION_FILE": SESSION_FILE,
         }
         container.env = [*(container.env or []), *(V1EnvVar(name=k, value=v) for k, v in env.items())]
+        if alloc.gateway_url:
+            # Kernels run in the holder's gateway: plain dicts serialize as they are.
+            container.env += K.notebook_env(alloc.gateway_url, K.secret_name(n.holder))
         pod.spec.volumes = [
             *(pod.spec.volumes or []),
             V1Volume(

@@ -173,12 +173,21 @@ def notebook_get(hub: Hub, url_path: str) -> tuple[int, Any]:
         return r.status, json.loads(r.read())
 
 
-def process_env(api: KubeAPI, namespace: str, pod: str) -> dict[str, str]:
-    """The environment of the pod's (first) process, read from /proc."""
+def container_pid(api: KubeAPI, namespace: str, pod: str, container: str | None = None) -> int:
+    """The pid of the latest start of the pod's container (the first container by default)."""
+    if container is None:
+        container = api.get("Pod", pod, namespace)["spec"]["containers"][0]["name"]
     events = waits.events_for(api, namespace, "Pod", pod)
-    pids = [int(m.group(1)) for e in events if (m := re.search(r"Started container .*\(pid (\d+)", e))]
+    pat = rf"Started container {re.escape(container)} \(pid (\d+)"
+    pids = [int(m.group(1)) for e in events if (m := re.search(pat, e))]
     assert pids, events
-    with open(f"/proc/{pids[-1]}/environ", "rb") as f:
+    return pids[-1]
+
+
+def process_env(api: KubeAPI, namespace: str, pod: str, container: str | None = None) -> dict[str, str]:
+    """The environment of the pod's container process (the first container by default), from /proc."""
+    pid = container_pid(api, namespace, pod, container)
+    with open(f"/proc/{pid}/environ", "rb") as f:
         items = [kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv]
     return {k.decode(): v.decode() for k, v in items}
 

@@ -30,6 +30,12 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": LABEXTENSION}]
 
 
+def _link_jupyter_server_extension(serverapp: Any) -> None:
+    from .kernels import link
+
+    link(serverapp)
+
+
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     setup_handlers(serverapp.web_app)
     serverapp.log.info("gpusessions: GPU notices enabled")

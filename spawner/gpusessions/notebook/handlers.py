@@ -75,7 +75,24 @@ class WarningsHandler(APIHandler):
                 out["enabled"] = False  # this hub has no gpusessions endpoints
             else:
                 out["error"] = body.get("message") or f"hub answered {code}"
+        out.update(await self._kernel_notices())
         self.finish(json.dumps(out))
+
+    async def _kernel_notices(self) -> dict[str, Any]:
+        """Kernels kept in the GPU holder, and any that were lost (holder restart, GPU released)."""
+        from .kernels import LOST_REASON, PersistentGatewayKernelManager
+
+        km = self.settings.get("kernel_manager")
+        if not isinstance(km, PersistentGatewayKernelManager):
+            return {"kernels_in_holder": False}
+        try:
+            await km.list_kernels()
+        except Exception as e:  # the gateway is away: say so, do not fail the poll
+            return {"kernels_in_holder": True, "kernels_error": f"the kernel host does not answer ({e})"}
+        return {
+            "kernels_in_holder": True,
+            "lost_kernels": [{**ev, "reason": LOST_REASON} for ev in km.lost],
+        }
 
 
 class KeepHandler(APIHandler):

@@ -61,12 +61,13 @@
     var base = config().baseUrl || '/';
     var shown = null; // {key, id}
     var timer = null;
+    var lostSeen = {};
 
     function notify(type, msg, actions) {
       return app.commands.execute('apputils:notify', {
         message: msg,
         type: type,
-        options: { autoClose: actions ? false : 8000, actions: actions || [] }
+        options: { autoClose: type === 'success' ? 8000 : false, actions: actions || [] }
       });
     }
 
@@ -103,6 +104,14 @@
         if (!r.ok || body.enabled === false) {
           return; // not under gpusessions: stop polling
         }
+        (body.lost_kernels || []).forEach(function (ev) {
+          if (lostSeen[ev.at]) {
+            return;
+          }
+          lostSeen[ev.at] = true;
+          notify('error', (ev.count === 1 ? 'A kernel was' : ev.count + ' kernels were') +
+            ' lost: ' + ev.reason + '. Restart it from the Kernel menu.', []);
+        });
         var w = (body.warnings || [])[0];
         if (!w) {
           dismiss();

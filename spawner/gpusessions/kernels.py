@@ -1,0 +1,176 @@
+"""Pure builders for persistent kernels: a kernel gateway in the holder pod (plain dicts).
+
+With `persist_kernels`, the holder pod (which owns the claim and outlives the notebook
+pod) also runs Jupyter Kernel Gateway in the notebook image. The notebook server uses it
+as its gateway, so kernels, their variables and the GPU memory they hold survive a
+notebook restart. The gateway's token lives in a Secret of the session; the holder and
+the notebook read it from there (never from the pod spec).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import labels as L
+
+Obj = dict[str, Any]
+KERNELS_CONTAINER = "kernels"
+KERNEL_PORT = 8888
+TOKEN_KEY = "token"
+SECRET_ANNOTATION = "gpusessions.io/kernels-secret"
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """How the holder runs the kernel gateway."""
+
+    image: str
+    secret: str
+    port: int = KERNEL_PORT
+    command: tuple[str, ...] = ("jupyter", "kernelgateway")
+    uid: int | None = 1000
+    gid: int | None = 100
+    working_dir: str | None = None
+    resources: Obj = field(default_factory=dict)
+    env: tuple[tuple[str, str], ...] = ()
+    volumes: tuple[Obj, ...] = ()
+    volume_mounts: tuple[Obj, ...] = ()
+    image_pull_policy: str | None = None
+
+
+def secret_name(holder: str) -> str:
+    """The Secret with the gateway token of the session whose holder pod is `holder`."""
+    return f"{holder}-kernels"
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def build_secret(name: str, namespace: str, token: str, username: str, servername: str, claim: Obj) -> Obj:
+    """The session's gateway token (only the holder and this user's notebook pod read it).
+
+    Owned by the claim: when the claim goes (released, culled, orphan-cleaned), Kubernetes'
+    garbage collector deletes the token too, so nothing else needs rights on Secrets."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": L.owner_labels("kernels", username, servername),
+            "annotations": L.owner_annotations(username, servername),
+            "ownerReferences": [owner_reference(claim)],
+        },
+        "stringData": {TOKEN_KEY: token},
+    }
+
+
+def owner_reference(claim: Obj) -> Obj:
+    md = claim["metadata"]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "name": md["name"],
+        "uid": md["uid"],
+    }
+
+
+def owned_by_claim(secret_md: Obj, claim: Obj) -> bool:
+    uid = claim["metadata"].get("uid")
+    return any(
+        r.get("uid") == uid
+        for r in secret_md.get("ownerReferences") or secret_md.get("owner_references") or []
+    )
+
+
+def token_env(name: str, secret: str) -> Obj:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": TOKEN_KEY}}}
+
+
+# What kernels inherit from the gateway's environment (the gateway passes nothing else,
+# and never its own token).
+KERNEL_ENV = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "CUDA_VISIBLE_DEVICES",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "USER",
+    "PYTHONPATH",
+    "CONDA_DIR",
+)
+
+
+def gateway_container(k: KernelSettings, request_name: str) -> Obj:
+    """The kernel gateway container of the holder pod; it shares the holder's claim."""
+    inherit = [*KERNEL_ENV, *(n for n, _ in k.env if n not in KERNEL_ENV)]
+    env: list[Obj] = [
+        {"name": "KG_IP", "value": "0.0.0.0"},
+        {"name": "KG_PORT", "value": str(k.port)},
+        # Listing lets a restarted notebook server find (and re-attach to) its kernels.
+        {"name": "KG_LIST_KERNELS", "value": "True"},
+        {"name": "KG_ENV_PROCESS_WHITELIST", "value": ",".join(inherit)},
+        token_env("KG_AUTH_TOKEN", k.secret),
+        *({"name": n, "value": v} for n, v in k.env),
+    ]
+    security: Obj = {
+        "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    if k.uid is not None:
+        security["runAsUser"] = k.uid
+    if k.gid is not None:
+        security["runAsGroup"] = k.gid
+    c: Obj = {
+        "name": KERNELS_CONTAINER,
+        "image": k.image,
+        "command": list(k.command),
+        "env": env,
+        "ports": [{"name": "kernels", "containerPort": k.port, "protocol": "TCP"}],
+        "resources": {**k.resources, "claims": [{"name": request_name}]},
+        "securityContext": security,
+        "readinessProbe": {"tcpSocket": {"port": k.port}, "periodSeconds": 2, "failureThreshold": 1},
+    }
+    if k.working_dir:
+        c["workingDir"] = k.working_dir
+    if k.volume_mounts:
+        c["volumeMounts"] = [dict(m) for m in k.volume_mounts]
+    if k.image_pull_policy:
+        c["imagePullPolicy"] = k.image_pull_policy
+    return c
+
+
+def gateway_url(holder: Obj, port: int) -> str | None:
+    """The gateway's URL once the holder has an IP and its kernels container is ready."""
+    status = holder.get("status") or {}
+    ip = status.get("podIP")
+    ready = any(
+        s.get("name") == KERNELS_CONTAINER and s.get("ready") for s in status.get("containerStatuses") or []
+    )
+    if not ip or not ready or holder["metadata"].get("deletionTimestamp"):
+        return None
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port}"
+
+
+def kernels_restarts(holder: Obj) -> int:
+    for s in (holder.get("status") or {}).get("containerStatuses") or []:
+        if s.get("name") == KERNELS_CONTAINER:
+            return int(s.get("restartCount") or 0)
+    return 0
+
+
+def notebook_env(url: str, secret: str) -> list[Obj]:
+    """What the notebook container needs to use the gateway (jupyter_server's GatewayClient)."""
+    return [
+        {"name": "JUPYTER_GATEWAY_URL", "value": url},
+        token_env("JUPYTER_GATEWAY_AUTH_TOKEN", secret),
+        {"name": "GPUSESSIONS_PERSIST_KERNELS", "value": "1"},
+    ]

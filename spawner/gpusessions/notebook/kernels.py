@@ -1,0 +1,166 @@
+"""Kernels hosted in the GPU holder's kernel gateway that outlive the notebook server.
+
+jupyter_server's gateway client (a) shuts every kernel down when the server stops and
+(b) lists only the kernels this server process started. Here, with
+`GPUSESSIONS_PERSIST_KERNELS=1` (set by GPUSessionSpawner with the gateway URL):
+
+- stopping the notebook server leaves the kernels running in the holder;
+- a new notebook server adopts the gateway's kernels (they are this user's: the gateway
+  is the session's own, behind its token) before it answers any session request, and
+  keeps its sessions (notebook path -> kernel) in a SQLite file in the home directory,
+  so open notebooks re-attach to their kernels with their state;
+- kernels that vanish without the user shutting them down (the holder restarted, the
+  GPU was released) are recorded as lost, for the notice in JupyterLab.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.paths import jupyter_data_dir
+from jupyter_server.gateway.gateway_client import gateway_request
+from jupyter_server.gateway.managers import GatewayMappingKernelManager, GatewaySessionManager
+from tornado import web
+from tornado.escape import json_decode
+
+ENABLE_ENV = "GPUSESSIONS_PERSIST_KERNELS"
+# Shown in a JupyterLab notification (cut at 140 characters): short.
+LOST_REASON = "the kernel host beside your GPU restarted; variables and GPU memory are gone"
+
+
+def enabled(env: dict[str, str] | None = None) -> bool:
+    env = dict(os.environ) if env is None else env
+    return env.get(ENABLE_ENV) == "1" and bool(env.get("JUPYTER_GATEWAY_URL"))
+
+
+def state_dir(env: dict[str, str] | None = None) -> Path:
+    """Per server, in the home directory (a volume that outlives the notebook pod)."""
+    env = dict(os.environ) if env is None else env
+    server = env.get("JUPYTERHUB_SERVER_NAME", "")
+    return Path(jupyter_data_dir()) / "gpusessions" / (server or "_default")
+
+
+class PersistentGatewayKernelManager(GatewayMappingKernelManager):
+    """Gateway kernels that survive this server: adopted at start, never shut down at stop."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._adopted = False
+        self._adopt_lock = asyncio.Lock()
+        self.lost: list[dict[str, Any]] = []
+        self._known_file = state_dir() / "kernels.json"
+        self._known: dict[str, dict[str, Any]] = self._load_known()
+
+    # -- what this server knew ------------------------------------------------------
+    def _load_known(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self._known_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _save_known(self) -> None:
+        try:
+            self._known_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._known_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self._known))
+            tmp.replace(self._known_file)
+        except OSError as e:
+            self.log.warning("gpusessions: could not record the kernels: %s", e)
+
+    def _forget_lost(self, present: set[str]) -> None:
+        gone = [k for k in self._known if k not in present]
+        if not gone:
+            return
+        names = sorted({str(self._known[k].get("name", "kernel")) for k in gone})
+        self.lost.append({"count": len(gone), "kernels": gone, "names": names, "at": time.time()})
+        self.log.warning("gpusessions: %d kernel(s) lost: %s", len(gone), LOST_REASON)
+        for k in gone:
+            self._known.pop(k, None)
+        self._save_known()
+
+    # -- adoption -------------------------------------------------------------------
+    async def _gateway_models(self) -> list[dict[str, Any]]:
+        response = await gateway_request(self.kernels_url, method="GET")
+        models = json_decode(response.body)
+        return models if isinstance(models, list) else []
+
+    async def adopt(self) -> None:
+        """Take over every kernel of the gateway (once, before sessions are answered)."""
+        async with self._adopt_lock:
+            if self._adopted:
+                return
+            try:
+                models = await self._gateway_models()
+            except (web.HTTPError, OSError) as e:
+                self.log.warning("gpusessions: the kernel gateway did not answer: %s", e)
+                return  # try again on the next request
+            for m in models:
+                await self._adopt_one(m)
+            self._forget_lost({m["id"] for m in models})
+            self._adopted = True
+            if models:
+                self.log.info("gpusessions: re-attached %d kernel(s) kept beside the GPU", len(models))
+
+    async def _adopt_one(self, model: dict[str, Any]) -> None:
+        kid = model["id"]
+        if kid in self._kernels:
+            return
+        km = self.kernel_manager_factory(parent=self, log=self.log)
+        await km.start_kernel(kernel_id=kid)
+        self._kernels[kid] = km
+        self._known.setdefault(kid, {"name": model.get("name", ""), "since": time.time()})
+        self._save_known()
+
+    # -- the MappingKernelManager API ------------------------------------------------
+    async def start_kernel(self, **kwargs: Any) -> str:  # type: ignore[override]
+        await self.adopt()
+        kid = await super().start_kernel(**kwargs)
+        self._known[kid] = {"name": kwargs.get("kernel_name", ""), "since": time.time()}
+        self._save_known()
+        return str(kid)
+
+    async def list_kernels(self, **kwargs: Any) -> list[dict[str, Any]]:
+        await self.adopt()
+        models = await super().list_kernels(**kwargs)
+        self._forget_lost({m["id"] for m in models} | set(self._kernels))
+        return list(models)
+
+    async def shutdown_kernel(  # type: ignore[override]
+        self, kernel_id: str, now: bool = False, restart: bool = False
+    ) -> None:
+        await super().shutdown_kernel(kernel_id, now=now, restart=restart)
+        if not restart:
+            self._known.pop(kernel_id, None)
+            self._save_known()
+
+    async def shutdown_all(self, now: bool = False) -> None:  # type: ignore[override]
+        """The server stops: the kernels stay in the GPU holder for the next server."""
+        self.log.info(
+            "gpusessions: leaving %d kernel(s) running beside the GPU for the next start", len(self._kernels)
+        )
+
+
+class PersistentGatewaySessionManager(GatewaySessionManager):
+    async def kernel_culled(self, kernel_id: str) -> bool:
+        km = self.kernel_manager
+        if isinstance(km, PersistentGatewayKernelManager):
+            await km.adopt()
+        return bool(await super().kernel_culled(kernel_id))
+
+
+def link(serverapp: Any) -> None:
+    """Point the server at the persistent managers and a session file in the home directory."""
+    if not enabled():
+        return
+    d = state_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    serverapp.kernel_manager_class = PersistentGatewayKernelManager
+    serverapp.session_manager_class = PersistentGatewaySessionManager
+    serverapp.config.SessionManager.database_filepath = str(d / "sessions.db")
+    serverapp.log.info("gpusessions: kernels live in the GPU holder at %s", os.environ["JUPYTER_GATEWAY_URL"])

@@ -1,0 +1,74 @@
+"""Run code in a Jupyter kernel through the hub's proxy and the notebook server (websocket)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
+
+
+async def _execute(ws_url: str, token: str, code: str, timeout: float) -> dict[str, Any]:
+    req = HTTPRequest(ws_url, headers={"Authorization": f"token {token}"}, request_timeout=timeout)
+    conn = await websocket_connect(req)
+    session = uuid.uuid4().hex
+    msg_id = uuid.uuid4().hex
+    conn.write_message(
+        json.dumps(
+            {
+                "header": {
+                    "msg_id": msg_id,
+                    "msg_type": "execute_request",
+                    "username": "test",
+                    "session": session,
+                    "version": "5.3",
+                },
+                "parent_header": {},
+                "metadata": {},
+                "channel": "shell",
+                "content": {
+                    "code": code,
+                    "silent": False,
+                    "store_history": True,
+                    "user_expressions": {},
+                    "allow_stdin": False,
+                },
+            }
+        )
+    )
+    out: dict[str, Any] = {"stdout": "", "error": None, "status": None}
+    reply = idle = False
+    try:
+        while not (reply and idle):
+            raw = await asyncio.wait_for(conn.read_message(), timeout)
+            if raw is None:
+                raise ConnectionError("the kernel's websocket closed")
+            msg = json.loads(raw)
+            if (msg.get("parent_header") or {}).get("msg_id") != msg_id:
+                continue
+            kind = msg["header"]["msg_type"]
+            content = msg.get("content") or {}
+            if kind == "stream":
+                out["stdout"] += content.get("text", "")
+            elif kind == "error":
+                out["error"] = f"{content.get('ename')}: {content.get('evalue')}"
+            elif kind == "execute_reply":
+                out["status"] = content.get("status")
+                reply = True
+            elif kind == "status" and content.get("execution_state") == "idle":
+                idle = True
+    finally:
+        conn.close()
+    return out
+
+
+def execute(base_url: str, user: str, kernel_id: str, token: str, code: str, timeout: float = 60) -> str:
+    """Run `code` in the kernel; return its stdout (raise on an error in the code)."""
+    ws = base_url.replace("http://", "ws://", 1) + f"/user/{user}/api/kernels/{kernel_id}/channels"
+    out = asyncio.run(_execute(ws, token, code, timeout))
+    if out["error"] or out["status"] != "ok":
+        raise AssertionError(f"kernel error: {out}")
+    return str(out["stdout"])

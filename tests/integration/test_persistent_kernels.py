@@ -1,0 +1,152 @@
+"""Kernels hosted in the GPU holder survive notebook restarts (real processes, local cluster)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localcluster import waits
+from localcluster.hubproc import Hub
+from localcluster.kubeapi import KubeAPI
+
+from .hubtools import container_pid, gpu_hub, process_env, spawn, stop
+from .kerneltools import execute
+
+pytestmark = pytest.mark.cluster
+ONE_G = {"profile": "mig-1g-10gb"}
+
+
+@pytest.fixture
+def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
+    h = gpu_hub(namespace, tmp_path / "hub")
+    yield h
+    h.stop()
+
+
+def nb(hub: Hub, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(
+        hub.url + path,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"token {token or hub.token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            raw = r.read()
+            return r.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as e:
+        return e.code, None
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped, does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_kernel_state_survives_a_notebook_restart_and_is_lost_plainly_with_the_holder(
+    hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    spawn(hub, "alice", ONE_G)
+    env = process_env(api, namespace, "jupyter-alice")
+    assert env["JUPYTER_GATEWAY_URL"].startswith("http://127.")
+    assert env["GPUSESSIONS_PERSIST_KERNELS"] == "1"
+    pod = api.get("Pod", "jupyter-alice", namespace)
+    nb_env = pod["spec"]["containers"][0]["env"]
+    [token_env] = [e for e in nb_env if e["name"] == "JUPYTER_GATEWAY_AUTH_TOKEN"]
+    assert "value" not in token_env, "the gateway token comes from the Secret, not the pod spec"
+
+    code, s = nb(
+        hub,
+        "POST",
+        "/user/alice/api/sessions",
+        {"path": "train.ipynb", "name": "train.ipynb", "type": "notebook", "kernel": {"name": "python3"}},
+    )
+    assert code == 201, code
+    kid = s["kernel"]["id"]
+    out = execute(
+        hub.url,
+        "alice",
+        kid,
+        hub.token,
+        "import os\nmodel = {'weights': 41 + 1}\nbuf = bytearray(64 * 2**20)\n"
+        "print(os.getpid(), os.environ.get('NVIDIA_VISIBLE_DEVICES'))",
+    )
+    kernel_pid, devices = int(out.split()[0]), out.split()[1]
+    # The kernel runs in the holder's gateway, on the session's GPU.
+    holder_env = process_env(api, namespace, "gpu-holder-alice", "kernels")
+    assert devices == holder_env["NVIDIA_VISIBLE_DEVICES"] and devices.startswith("MIG-")
+
+    stop(hub, "alice")
+    assert api.get_or_none("Pod", "jupyter-alice", namespace) is None
+    assert alive(kernel_pid), "stopping the notebook server must not stop the kernel"
+
+    spawn(hub, "alice", ONE_G)
+    code, sessions = nb(hub, "GET", "/user/alice/api/sessions")
+    assert code == 200
+    assert [(x["path"], x["kernel"]["id"]) for x in sessions] == [("train.ipynb", kid)]
+    code, kernels = nb(hub, "GET", "/user/alice/api/kernels")
+    assert [k["id"] for k in kernels] == [kid]
+    assert execute(hub.url, "alice", kid, hub.token, "print(model['weights'], len(buf))").strip() == (
+        "42 67108864"
+    )
+
+    # The holder's kernel host dies: the kernels go with it, and the user is told plainly.
+    os.kill(container_pid(api, namespace, "gpu-holder-alice", "kernels"), signal.SIGKILL)
+    waits.wait_for(lambda: not alive(kernel_pid), 30, "the kernel to end with its gateway")
+
+    def lost() -> list[dict[str, Any]] | None:
+        code, body = nb(hub, "GET", "/user/alice/gpusessions/warnings")
+        return (body or {}).get("lost_kernels") if code == 200 else None
+
+    [event] = waits.wait_for(lost, 60, "the notebook to report the lost kernel")
+    assert event["count"] == 1 and event["kernels"] == [kid]
+    assert "restarted" in event["reason"] and "GPU memory" in event["reason"]
+    code, kernels = nb(hub, "GET", "/user/alice/api/kernels")
+    assert code == 200 and kernels == []
+
+
+def test_a_gateway_answers_only_its_own_token_and_goes_with_the_gpu(
+    hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    spawn(hub, "alice", ONE_G)
+    spawn(hub, "bob", ONE_G)
+    alice = process_env(api, namespace, "jupyter-alice")
+    bob = process_env(api, namespace, "jupyter-bob")
+    assert alice["JUPYTER_GATEWAY_AUTH_TOKEN"] != bob["JUPYTER_GATEWAY_AUTH_TOKEN"]
+
+    def gateway(url: str, token: str | None) -> int:
+        headers = {"Authorization": f"token {token}"} if token else {}
+        req = urllib.request.Request(url + "/api/kernels", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert gateway(alice["JUPYTER_GATEWAY_URL"], alice["JUPYTER_GATEWAY_AUTH_TOKEN"]) == 200
+    assert gateway(alice["JUPYTER_GATEWAY_URL"], bob["JUPYTER_GATEWAY_AUTH_TOKEN"]) in (401, 403)
+    assert gateway(alice["JUPYTER_GATEWAY_URL"], None) in (401, 403)
+
+    # Releasing the GPU ends the kernels and removes the token.
+    gw_pid = container_pid(api, namespace, "gpu-holder-alice", "kernels")
+    code, _ = hub.api("POST", "/gpusessions/users/alice/release")
+    assert code == 200
+    waits.wait_for(lambda: not alive(gw_pid), 30, "the gateway to end with the released GPU")
+    waits.wait_for(
+        lambda: api.get_or_none("Secret", "gpu-holder-alice-kernels", namespace) is None,
+        30,
+        "the gateway token to be deleted",
+    )
+    assert api.get_or_none("Secret", "gpu-holder-bob-kernels", namespace) is not None
