@@ -19,6 +19,7 @@ from localcluster.kubeapi import KubeAPI
 
 from .hubtools import container_pid, gpu_hub, process_env, spawn, stop
 from .kerneltools import execute
+from .test_culler import culler_hub, sessions
 
 pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
@@ -150,3 +151,28 @@ def test_a_gateway_answers_only_its_own_token_and_goes_with_the_gpu(
         "the gateway token to be deleted",
     )
     assert api.get_or_none("Secret", "gpu-holder-bob-kernels", namespace) is not None
+
+
+def test_admin_view_shows_each_kernel_with_its_gpu_memory(
+    api: KubeAPI, namespace: str, tmp_path: Path, load_file: Path
+) -> None:
+    hub = culler_hub(namespace, tmp_path / "hub", args=("--idle-limit", "600"))
+    try:
+        spawn(hub, "alice", ONE_G)
+        code, s = nb(hub, "POST", "/user/alice/api/kernels", {"name": "python3"})
+        assert code == 201, code
+        kid = s["id"]
+        pid = int(execute(hub.url, "alice", kid, hub.token, "import os; print(os.getpid())"))
+        gpu = process_env(api, namespace, "gpu-holder-alice", "kernels")["NVIDIA_VISIBLE_DEVICES"]
+        # NVML (simulated) reports the kernel's process holding 2 GiB on the session's device.
+        load_file.write_text(json.dumps({gpu: {"activity": 50, "pids": {str(pid): 2048}}}))
+
+        def kernels() -> list[dict[str, Any]] | None:
+            ks = sessions(hub).get("gpu-alice", {}).get("kernels")
+            return ks if ks and ks[0].get("gpu_memory") else None
+
+        [k] = waits.wait_for(kernels, 60, "the admin view to show the kernel's GPU memory")
+        assert k["id"] == kid and k["pid"] == pid and k["name"] == "python3"
+        assert k["gpu_memory"] == 2048 * 2**20
+    finally:
+        hub.stop()

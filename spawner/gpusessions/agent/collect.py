@@ -23,6 +23,7 @@ class Reading:
     memory_used: int | None = None
     memory_total: int | None = None
     processes: int | None = None
+    process_memory: dict[int, int] = field(default_factory=dict)  # pid -> bytes (when NVML tells)
     activity: float | None = None  # percent
     activity_source: str = "unknown"  # utilization | gpm-sm-activity | unknown
     busy: bool = False
@@ -88,7 +89,13 @@ class Collector:
         r.name = name.decode() if isinstance(name, bytes) else str(name)
         mem = nv.nvmlDeviceGetMemoryInfo(h)
         r.memory_used, r.memory_total = int(mem.used), int(mem.total)
-        r.processes = len(nv.nvmlDeviceGetComputeRunningProcesses(h))
+        procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
+        r.processes = len(procs)
+        r.process_memory = {
+            int(p.pid): int(p.usedGpuMemory)
+            for p in procs
+            if isinstance(getattr(p, "usedGpuMemory", None), int)
+        }
         if not is_mig:
             try:
                 r.activity = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)

@@ -13,6 +13,8 @@ call so that tests and demos change it while the agent runs:
     {"MIG-...": {"activity": 80, "processes": 1, "memory_used_mib": 2048},
      "GPU-...": {"pattern": "square", "period": 60, "activity": 90}}
 
+`"pids": {"<pid>": <MiB>}` lists compute processes by pid with their memory (as NVML
+reports a CUDA process); `processes` adds anonymous ones.
 `pattern` "square" alternates busy (first half of each period) and idle.
 Models what real NVML does on these GPUs: utilization is NotSupported on MIG
 devices; GPM (per-MIG SM activity) exists on Hopper and newer only, so an A100
@@ -184,8 +186,10 @@ class _Process:
 
 def nvmlDeviceGetComputeRunningProcesses(h: _Device) -> list[_Process]:
     _check()
-    n = int(_load(h).get("processes", 0))
-    return [_Process(1000 + i, 0) for i in range(n)]
+    load = _load(h)
+    named = [_Process(int(pid), int(float(mib) * 2**20)) for pid, mib in (load.get("pids") or {}).items()]
+    n = int(load.get("processes", 0))
+    return named + [_Process(1000 + i, 0) for i in range(n)]
 
 
 @dataclass

@@ -15,6 +15,7 @@ from tornado import web
 from tornado.ioloop import PeriodicCallback
 
 from .collect import Collector, Reading, visible_uuids
+from .kernels import KernelView
 
 log = logging.getLogger("gpusessions.agent")
 NVML_RETRY_SECONDS = 30.0
@@ -34,6 +35,7 @@ class AgentState:
     readings: list[Reading] = field(default_factory=list)
     sampled_at: float | None = None
     problem: str | None = None
+    kernels: KernelView = field(default_factory=KernelView)
 
     def _init(self, now: float) -> None:
         if self.nvml is not None or now < self.next_init:
@@ -74,7 +76,16 @@ class AgentState:
             "user": os.environ.get("GPUSESSIONS_USER"),
             "server": os.environ.get("GPUSESSIONS_SERVER"),
             "devices": [r.as_dict() for r in self.readings],
+            "kernels": self.kernels.kernels if self.kernels.enabled else None,
+            "kernels_error": self.kernels.error,
         }
+
+    async def refresh_kernels(self) -> None:
+        memory: dict[int, int] = {}
+        for r in self.readings:
+            for pid, used in r.process_memory.items():
+                memory[pid] = memory.get(pid, 0) + used
+        await self.kernels.refresh(memory)
 
 
 def _esc(v: str) -> str:
@@ -164,7 +175,11 @@ def make_app(state: AgentState, token: str | None) -> web.Application:
 
 
 def start_sampling(state: AgentState, interval: float) -> PeriodicCallback:
+    async def tick() -> None:
+        state.sample()
+        await state.refresh_kernels()
+
     state.sample()
-    pc = PeriodicCallback(state.sample, interval * 1000)
+    pc = PeriodicCallback(tick, interval * 1000)
     pc.start()
     return pc

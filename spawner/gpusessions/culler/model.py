@@ -60,6 +60,8 @@ class Session:
     # from the agent
     gpu: list[Obj] = field(default_factory=list)
     gpu_error: str | None = None
+    kernels: list[Obj] | None = None  # kernels hosted in the holder (persist_kernels)
+    kernels_error: str | None = None
     # from the claim's annotations (the culler's memory across restarts)
     keep_until: float | None = None
     warned_at: float | None = None

@@ -79,6 +79,8 @@ class Culler:
             s.gpu_error = f"agent unreachable: {e}"
             return
         s.gpu = body.get("devices") or []
+        s.kernels = body.get("kernels")
+        s.kernels_error = body.get("kernels_error")
         if not (body.get("nvml") or {}).get("ok"):
             s.gpu_error = (body.get("nvml") or {}).get("error") or "NVML not available"
 
@@ -170,6 +172,8 @@ class Culler:
                     "state": s.state,
                     "gpu": s.gpu,
                     "gpu_error": s.gpu_error,
+                    "kernels": s.kernels,
+                    "kernels_error": s.kernels_error,
                     "holder_restarts": s.holder_restarts,
                     "notebook_idle_seconds": None
                     if s.notebook_last_activity is None
@@ -281,6 +285,7 @@ COLUMNS = [
     ("node", "Node / device"),
     ("state", "State"),
     ("gpu", "GPU memory and activity"),
+    ("kernels", "Kernels"),
     ("notebook_idle_seconds", "Notebook idle"),
     ("gpu_idle_seconds", "GPU idle"),
     ("decision", "Culler"),
