@@ -72,3 +72,34 @@ def execute(base_url: str, user: str, kernel_id: str, token: str, code: str, tim
     if out["error"] or out["status"] != "ok":
         raise AssertionError(f"kernel error: {out}")
     return str(out["stdout"])
+
+
+async def _watch_status(ws_url: str, token: str, until: set[str], timeout: float) -> list[str]:
+    """The kernel's execution states broadcast on iopub, until one of `until` arrives."""
+    req = HTTPRequest(ws_url, headers={"Authorization": f"token {token}"}, request_timeout=timeout)
+    conn = await websocket_connect(req)
+    seen: list[str] = []
+    try:
+        while not until.intersection(seen):
+            raw = await asyncio.wait_for(conn.read_message(), timeout)
+            if raw is None:
+                break
+            msg = json.loads(raw)
+            if msg.get("header", {}).get("msg_type") == "status":
+                seen.append((msg.get("content") or {}).get("execution_state", ""))
+    finally:
+        conn.close()
+    return seen
+
+
+def watch_status(
+    base_url: str, user: str, kernel_id: str, token: str, until: set[str], timeout: float = 60
+) -> Any:
+    """Start watching in a thread; `.result()` gives the states seen."""
+    import concurrent.futures
+
+    ws = base_url.replace("http://", "ws://", 1) + f"/user/{user}/api/kernels/{kernel_id}/channels"
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    fut = pool.submit(lambda: asyncio.run(_watch_status(ws, token, until, timeout)))
+    pool.shutdown(wait=False)
+    return fut

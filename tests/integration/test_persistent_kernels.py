@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
 from .hubtools import container_pid, gpu_hub, process_env, spawn, stop
-from .kerneltools import execute
+from .kerneltools import execute, watch_status
 from .test_culler import culler_hub, sessions
 
 pytestmark = pytest.mark.cluster
@@ -102,6 +103,15 @@ def test_kernel_state_survives_a_notebook_restart_and_is_lost_plainly_with_the_h
     assert execute(hub.url, "alice", kid, hub.token, "print(model['weights'], len(buf))").strip() == (
         "42 67108864"
     )
+
+    # The kernel process crashes: the gateway restarts it and says so on the kernel's channel
+    # (JupyterLab shows "kernel restarting"); the kernel's variables are gone, the kernel stays.
+    watcher = watch_status(hub.url, "alice", kid, hub.token, {"restarting", "dead"})
+    time.sleep(1)  # let the watcher connect
+    os.kill(kernel_pid, signal.SIGKILL)
+    assert "restarting" in watcher.result(timeout=60)
+    assert execute(hub.url, "alice", kid, hub.token, "print('model' in dir())").strip() == "False"
+    kernel_pid = int(execute(hub.url, "alice", kid, hub.token, "import os; print(os.getpid())"))
 
     # The holder's kernel host dies: the kernels go with it, and the user is told plainly.
     os.kill(container_pid(api, namespace, "gpu-holder-alice", "kernels"), signal.SIGKILL)
