@@ -36,6 +36,7 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "ResourceSlice": ("resource.k8s.io/v1", "resourceslices", False),
     "DeviceClass": ("resource.k8s.io/v1", "deviceclasses", False),
     "PriorityClass": ("scheduling.k8s.io/v1", "priorityclasses", False),
+    "NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies", True),
     "Role": ("rbac.authorization.k8s.io/v1", "roles", True),
     "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings", True),
     "ClusterRole": ("rbac.authorization.k8s.io/v1", "clusterroles", False),

@@ -213,7 +213,11 @@ def build_holder_pod(
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {**L.owner_labels("holder", username, servername), **(extra_labels or {})},
+            "labels": {
+                **L.owner_labels("holder", username, servername),
+                L.CLAIM_LABEL: L.label_value(claim_name),
+                **(extra_labels or {}),
+            },
             "annotations": {**L.owner_annotations(username, servername), L.CLAIM_ANNOTATION: claim_name},
         },
         "spec": spec,

@@ -38,6 +38,8 @@ class KernelSettings:
     volumes: tuple[Obj, ...] = ()
     volume_mounts: tuple[Obj, ...] = ()
     image_pull_policy: str | None = None
+    network_policy: bool = True
+    agent_port: int = 9400
 
 
 def secret_name(holder: str) -> str:
@@ -145,6 +147,46 @@ def gateway_container(k: KernelSettings, request_name: str) -> Obj:
     if k.image_pull_policy:
         c["imagePullPolicy"] = k.image_pull_policy
     return c
+
+
+def network_policy_name(holder: str) -> str:
+    return f"{holder}-kernels"
+
+
+def build_network_policy(
+    name: str, namespace: str, claim: Obj, port: int, agent_port: int, username: str, servername: str
+) -> Obj:
+    """Only this session's notebook pod may reach its kernel gateway.
+
+    Selects the session's holder pod (by the claim label); admits the gateway port from the
+    notebook pod with the same claim label, and the agent port as before (the culler, metrics).
+    Owned by the claim, like the token Secret."""
+    session = {
+        L.MANAGED_BY: L.MANAGER,
+        L.CLAIM_LABEL: L.label_value(claim["metadata"]["name"]),
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": L.owner_labels("kernels", username, servername),
+            "annotations": L.owner_annotations(username, servername),
+            "ownerReferences": [owner_reference(claim)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {**session, L.COMPONENT: "holder"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "ports": [{"port": port, "protocol": "TCP"}],
+                    "from": [{"podSelector": {"matchLabels": {**session, L.COMPONENT: "notebook"}}}],
+                },
+                {"ports": [{"port": agent_port, "protocol": "TCP"}]},
+            ],
+        },
+    }
 
 
 def gateway_url(holder: Obj, port: int) -> str | None:

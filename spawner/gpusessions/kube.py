@@ -44,6 +44,7 @@ class SessionAPI:
     def __init__(self, timeout: float = 10.0):
         self.core = shared_client("CoreV1Api")
         self.resource = shared_client("ResourceV1Api")
+        self.networking = shared_client("NetworkingV1Api")
         self.timeout = timeout
 
     def _dict(self, model: Any) -> Obj:
@@ -123,6 +124,19 @@ class SessionAPI:
 
     async def delete_secret(self, namespace: str, name: str) -> bool:
         r = await self._call(self.core.delete_namespaced_secret, name, namespace)
+        return r is not None
+
+    # -- network policies (who may reach the kernel gateway) ------------------------
+    async def get_network_policy(self, namespace: str, name: str) -> Obj | None:
+        r = await self._call(self.networking.read_namespaced_network_policy, name, namespace)
+        return self._dict(r) if r is not None else None
+
+    async def create_network_policy(self, body: Obj) -> None:
+        ns = body["metadata"]["namespace"]
+        await self._call(self.networking.create_namespaced_network_policy, ns, body)
+
+    async def delete_network_policy(self, namespace: str, name: str) -> bool:
+        r = await self._call(self.networking.delete_namespaced_network_policy, name, namespace)
         return r is not None
 
     async def pod_events(self, namespace: str, name: str) -> list[Obj]:

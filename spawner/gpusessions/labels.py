@@ -19,6 +19,9 @@ SERVER_ANNOTATION = "gpusessions.io/server"
 REQUEST_HASH = "gpusessions.io/request-hash"
 PROFILE_ANNOTATION = "gpusessions.io/profile"
 CLAIM_ANNOTATION = "gpusessions.io/claim"
+# The session's claim as a label (slugged) on the holder and notebook pods: what the
+# kernel gateway's NetworkPolicy selects on.
+CLAIM_LABEL = "gpusessions.io/claim"
 MANAGER = "gpusessions"
 # KAI Scheduler's queue label: on the notebook pod, the holder pod and the claim.
 QUEUE_LABEL = "kai.scheduler/queue"

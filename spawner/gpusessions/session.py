@@ -85,6 +85,8 @@ class GPUSession:
         claim, kept = await self._ensure_claim()
         if self.kernels is not None:
             await self._ensure_secret(claim)
+            if self.kernels.network_policy:
+                await self._ensure_network_policy(claim)
         await self._ensure_holder()
         deadline = time.monotonic() + timeout
         if kept and C.allocation(claim):
@@ -127,6 +129,41 @@ class GPUSession:
                 continue
         raise Refused(
             f"Could not create the Secret {name}: it keeps changing.", reason="kernels-secret-conflict"
+        )
+
+    async def _ensure_network_policy(self, claim: Obj) -> None:
+        """Only this session's notebook pod may reach the gateway (owned by the claim)."""
+        assert self.kernels is not None
+        name = K.network_policy_name(self.n.holder)
+        for _ in range(3):
+            existing = await self.api.get_network_policy(self.n.namespace, name)
+            if existing is not None:
+                if not self._owned(existing):
+                    raise Refused(
+                        f"A NetworkPolicy named {name} already exists in {self.n.namespace} and does "
+                        "not belong to this server; nothing was changed. Ask your admin.",
+                        reason="kernels-policy-conflict",
+                    )
+                if K.owned_by_claim(existing["metadata"], claim):
+                    return
+                await self.api.delete_network_policy(self.n.namespace, name)
+                continue
+            body = K.build_network_policy(
+                name,
+                self.n.namespace,
+                claim,
+                self.kernels.port,
+                self.kernels.agent_port,
+                self.n.username,
+                self.n.servername,
+            )
+            try:
+                await self.api.create_network_policy(body)
+                return
+            except Conflict:
+                continue
+        raise Refused(
+            f"Could not create the NetworkPolicy {name}: it keeps changing.", reason="kernels-policy-conflict"
         )
 
     async def _wait_gateway(self, timeout: float) -> str:

@@ -143,6 +143,13 @@ class GPUSessionSpawner(KubeSpawner):
         config=True,
         help="Port of the kernel gateway in the holder pod.",
     )
+    kernel_network_policy = Bool(
+        True,
+        config=True,
+        help="""Create a NetworkPolicy per session that admits the kernel gateway's port only from
+        that session's notebook pod (owned by the claim; needs `create, get, delete` on
+        `networkpolicies` in the user namespace). Off if your cluster manages policies itself.""",
+    )
     kernel_resources = Dict(
         {},
         config=True,
@@ -247,6 +254,8 @@ class GPUSessionSpawner(KubeSpawner):
             volumes=dicts(self.volumes),
             volume_mounts=dicts(self.volume_mounts),
             image_pull_policy=self.image_pull_policy or None,
+            network_policy=self.kernel_network_policy,
+            agent_port=C.AGENT_PORT,
         )
 
     def _session(self, request: C.GPURequest | None = None) -> GPUSession:
@@ -336,6 +345,7 @@ class GPUSessionSpawner(KubeSpawner):
         }
         if self._gpu_alloc is not None:
             self._add_gpu_to_pod(pod, self._gpu_alloc)
+            pod.metadata.labels[L.CLAIM_LABEL] = L.label_value(self._names().claim)
         return pod
 
     async def _prepare_gpu(self) -> None:

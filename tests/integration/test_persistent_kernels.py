@@ -150,7 +150,23 @@ def test_a_gateway_answers_only_its_own_token_and_goes_with_the_gpu(
     assert gateway(alice["JUPYTER_GATEWAY_URL"], bob["JUPYTER_GATEWAY_AUTH_TOKEN"]) in (401, 403)
     assert gateway(alice["JUPYTER_GATEWAY_URL"], None) in (401, 403)
 
-    # Releasing the GPU ends the kernels and removes the token.
+    # The network side: a policy per session admits the gateway port only from that
+    # session's notebook pod (the process runtime cannot enforce it; a real cluster's CNI does).
+    policy = api.get("NetworkPolicy", "gpu-holder-alice-kernels", namespace)
+
+    def selected(match: dict[str, str]) -> list[str]:
+        sel = ",".join(f"{k}={v}" for k, v in match.items())
+        return sorted(p["metadata"]["name"] for p in api.list("Pod", namespace, label_selector=sel)["items"])
+
+    assert selected(policy["spec"]["podSelector"]["matchLabels"]) == ["gpu-holder-alice"]
+    gateway_rule, agent_rule = policy["spec"]["ingress"]
+    assert gateway_rule["ports"] == [{"port": 8888, "protocol": "TCP"}]
+    [peer] = gateway_rule["from"]
+    assert selected(peer["podSelector"]["matchLabels"]) == ["jupyter-alice"]
+    assert agent_rule == {"ports": [{"port": 9400, "protocol": "TCP"}]}
+    assert policy["metadata"]["ownerReferences"][0]["name"] == "gpu-alice"
+
+    # Releasing the GPU ends the kernels and removes the token and the policy.
     gw_pid = container_pid(api, namespace, "gpu-holder-alice", "kernels")
     code, _ = hub.api("POST", "/gpusessions/users/alice/release")
     assert code == 200
@@ -160,7 +176,13 @@ def test_a_gateway_answers_only_its_own_token_and_goes_with_the_gpu(
         30,
         "the gateway token to be deleted",
     )
+    waits.wait_for(
+        lambda: api.get_or_none("NetworkPolicy", "gpu-holder-alice-kernels", namespace) is None,
+        30,
+        "the claim's garbage collection to delete the policy",
+    )
     assert api.get_or_none("Secret", "gpu-holder-bob-kernels", namespace) is not None
+    assert api.get_or_none("NetworkPolicy", "gpu-holder-bob-kernels", namespace) is not None
 
 
 def test_admin_view_shows_each_kernel_with_its_gpu_memory(
