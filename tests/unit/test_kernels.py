@@ -96,3 +96,21 @@ def test_agent_maps_kernels_to_pids_and_gpu_memory(tmp_path: Path) -> None:
     assert out[0]["pid"] == 41 and out[0]["gpu_memory"] == 4 * 2**30
     assert out[1]["pid"] is None and out[1]["gpu_memory"] is None
     assert join(models[:1], {kid: 41}, {})[0]["gpu_memory"] is None
+
+
+def test_network_policy_admits_only_the_sessions_notebook_to_the_gateway() -> None:
+    np = K.build_network_policy("gpu-holder-ann-kernels", "ns", CLAIM, 8888, 9400, "ann", "")
+    spec = np["spec"]
+    assert spec["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/managed-by": "gpusessions",
+        "gpusessions.io/claim": "gpu-ann",
+        "app.kubernetes.io/component": "holder",
+    }
+    assert spec["policyTypes"] == ["Ingress"]
+    gateway, agent = spec["ingress"]
+    assert gateway["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "notebook"
+    assert gateway["from"][0]["podSelector"]["matchLabels"]["gpusessions.io/claim"] == "gpu-ann"
+    assert agent == {"ports": [{"port": 9400, "protocol": "TCP"}]}
+    assert np["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    pod = build_holder_pod("gpu-holder-ann", "ns", "gpu-ann", HolderSettings("holder:1", {}), "ann", "")
+    assert pod["metadata"]["labels"]["gpusessions.io/claim"] == "gpu-ann"
