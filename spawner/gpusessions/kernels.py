@@ -202,6 +202,10 @@ def gateway_url(holder: Obj, port: int) -> str | None:
     return f"http://{host}:{port}"
 
 
+def has_gateway(holder: Obj) -> bool:
+    return any(c.get("name") == KERNELS_CONTAINER for c in (holder.get("spec") or {}).get("containers") or [])
+
+
 def kernels_restarts(holder: Obj) -> int:
     for s in (holder.get("status") or {}).get("containerStatuses") or []:
         if s.get("name") == KERNELS_CONTAINER:

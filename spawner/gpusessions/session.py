@@ -166,7 +166,7 @@ class GPUSession:
             f"Could not create the NetworkPolicy {name}: it keeps changing.", reason="kernels-policy-conflict"
         )
 
-    async def _wait_gateway(self, timeout: float) -> str:
+    async def _wait_gateway(self, timeout: float) -> str | None:
         """The holder's kernel gateway URL, once it answers (its readiness probe)."""
         assert self.kernels is not None
         deadline = time.monotonic() + timeout
@@ -179,6 +179,13 @@ class GPUSession:
                     "Your GPU holder pod disappeared while starting (released by an admin?).",
                     reason="holder-gone",
                 )
+            if not K.has_gateway(holder):
+                # A holder kept from before persist_kernels was on: it has no kernel host.
+                self.emit(
+                    "Your kept GPU session has no kernel host (it was started before kept kernels "
+                    "were turned on): kernels run in the notebook this time. Release the GPU to change that."
+                )
+                return None
             url = K.gateway_url(holder, self.kernels.port)
             if url:
                 return url

@@ -208,3 +208,30 @@ def test_admin_view_shows_each_kernel_with_its_gpu_memory(
         assert k["gpu_memory"] == 2048 * 2**20
     finally:
         hub.stop()
+
+
+def test_a_session_kept_from_before_kernels_were_on_still_starts(
+    api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    from localcluster.hubproc import start_hub
+
+    from .hubtools import GPU_HUB_CONFIG
+
+    cfg = GPU_HUB_CONFIG.format(namespace=namespace)
+    hub = start_hub(cfg + "\nc.GPUSessionSpawner.persist_kernels = False\n", tmp_path / "hub")
+    try:
+        spawn(hub, "carl", ONE_G)
+        assert [c["name"] for c in api.get("Pod", "gpu-holder-carl", namespace)["spec"]["containers"]] == [
+            "holder"
+        ]
+        stop(hub, "carl")
+    finally:
+        hub.stop()
+    # The admin turns kept kernels on and restarts the hub; carl's kept session still starts.
+    hub = start_hub(cfg, tmp_path / "hub", ports=hub.ports)
+    try:
+        spawn(hub, "carl", ONE_G)
+        assert "JUPYTER_GATEWAY_URL" not in process_env(api, namespace, "jupyter-carl")
+        assert "has no kernel host" in hub.log.read_text()
+    finally:
+        hub.stop()
