@@ -180,6 +180,7 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
     paths.logs.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(paths.etcd_data, ignore_errors=True)
     shutil.rmtree(paths.pods, ignore_errors=True)
+    shutil.rmtree(paths.homes, ignore_errors=True)
     pki = ensure_pki(paths.pki)
     server = f"https://127.0.0.1:{ports.apiserver}"
     paths.kubeconfig.write_text(components.kubeconfig_yaml(server, pki))
