@@ -9,7 +9,7 @@ CACHE := .cache
 SHAPE ?= demo
 export PYTHONPATH := $(CURDIR)/devcluster
 
-.PHONY: help venv node-deps browser-deps devcluster-build cluster cluster-down cluster-status lint unit test demo demo-down clean
+.PHONY: help venv node-deps browser-deps devcluster-build cluster cluster-down cluster-status lint unit test fuzz demo demo-down clean
 
 help:
 	@echo "make demo          start the local simulated GPU cluster and JupyterHub, print the URL"
@@ -17,6 +17,7 @@ help:
 	@echo "make test          lint, type-check and run all tests (builds what it needs)"
 	@echo "make cluster SHAPE=<name>   start only the local cluster (shapes: devcluster/shapes/)"
 	@echo "make cluster-down  stop the local cluster"
+	@echo "make fuzz SEED=<n> OPS=<n>   the lifecycle fuzzer alone (tests/fuzz/lifecycle.py)"
 
 # --- Python virtual environment (.venv) -------------------------------------
 $(VENV)/.installed: pyproject.toml
@@ -73,6 +74,13 @@ test: venv node-deps browser-deps devcluster-build lint
 	@set +e; $(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "gpusessions: no tests were collected: that is a failure" >&2; exit 1; fi; \
 	exit $$rc
+
+# Lifecycle fuzzer alone: make fuzz SEED=<n> OPS=<n> [USERS=<n>] (tests/fuzz/lifecycle.py)
+SEED ?= 1
+OPS ?= 500
+USERS ?= 20
+fuzz: venv node-deps devcluster-build
+	@$(BIN)/python -m tests.fuzz.lifecycle --seed $(SEED) --ops $(OPS) --users $(USERS)
 
 # --- the demo ------------------------------------------------------------------------
 demo: venv node-deps devcluster-build
