@@ -6,7 +6,8 @@ A real JupyterHub with GPUSessionSpawner and the culler (short keep time), on th
 cluster (shape small: few GPUs, so users compete and some wait in vain). Operations, drawn
 from the seed: start (a random profile, so also profile changes), stop, restart, release,
 delete a named server, delete a user, hub restart, kill a holder's process, kill a
-notebook's process. The culler runs its cycles beside them. After every step, once things
+notebook's process (or the holder's kernel host). The culler runs its cycles beside them
+(every 2 s, releasing a stopped server's GPU after 20 s). After every step, once things
 settle (at most `--settle` seconds), it checks:
 
 1. every claim belongs to a hub user and server that exist, and a stopped server's claim
@@ -210,7 +211,8 @@ class Fuzz:
         return f"killed pid {pid}"
 
     def op_kill_holder(self, user: str) -> str:
-        return self._kill(f"gpu-holder-{user}", "holder")
+        """The holder's agent, or its kernel host (kernels are lost; the session must go on)."""
+        return self._kill(f"gpu-holder-{user}", self.rng.choice(["holder", "kernels"]))
 
     def op_kill_notebook(self, user: str) -> str:
         return self._kill(f"jupyter-{user}", "notebook")
