@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import ssl
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -217,15 +216,7 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
         ):
             _wait(name, pids[name], _healthz(port), paths.log(name), timeout)
         log = paths.log("runtime")
-        cmd = [
-            sys.executable,
-            "-m",
-            "localcluster.runtime",
-            "--shape",
-            shape.name,
-            "--kubeconfig",
-            str(paths.kubeconfig),
-        ]
+        cmd = components.runtime_cmd(shape.name, paths)
         pids["runtime"] = procs.spawn(cmd, log, paths.root, env=_python_env(paths))
         api = KubeAPI.from_kubeconfig(paths.kubeconfig)
         _wait(

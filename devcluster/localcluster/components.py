@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from .certs import PKI
@@ -132,3 +133,16 @@ contexts:
     user: {user}
 current-context: devcluster
 """
+
+
+def runtime_cmd(shape: str, paths: ClusterPaths) -> list[str]:
+    """The process runtime (simulated nodes and their pods)."""
+    return [
+        sys.executable,
+        "-m",
+        "localcluster.runtime",
+        "--shape",
+        shape,
+        "--kubeconfig",
+        str(paths.kubeconfig),
+    ]

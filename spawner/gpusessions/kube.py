@@ -8,12 +8,16 @@ into None and "already exists" into `Conflict`.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio.client import ApiException
 from kubespawner.clients import shared_client
 
 Obj = dict[str, Any]
+log = logging.getLogger("gpusessions")
 
 
 class Conflict(Exception):
@@ -41,7 +45,11 @@ def _message(e: ApiException) -> str:
 class SessionAPI:
     """API calls for claims, holder pods and device classes (one per spawner)."""
 
-    def __init__(self, timeout: float = 10.0):
+    # Answers that mean "the API is restarting or busy": try again.
+    RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+    def __init__(self, timeout: float = 10.0, retry_timeout: float = 30.0):
+        self.retry_timeout = retry_timeout
         self.core = shared_client("CoreV1Api")
         self.resource = shared_client("ResourceV1Api")
         self.networking = shared_client("NetworkingV1Api")
@@ -53,14 +61,33 @@ class SessionAPI:
         return out
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await asyncio.wait_for(fn(*args, **kwargs), self.timeout)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            if e.status == 409:
-                raise Conflict(_message(e)) from None
-            raise KubeError(e.status, _message(e)) from None
+        """One API call; retried with backoff while the API is away (a restart, etcd busy).
+
+        A create retried after a lost answer may find its own object (409): callers adopt it."""
+        deadline = time.monotonic() + self.retry_timeout
+        delay = 0.25
+        while True:
+            try:
+                return await asyncio.wait_for(fn(*args, **kwargs), self.timeout)
+            except ApiException as e:
+                if e.status == 404:
+                    return None
+                if e.status == 409:
+                    raise Conflict(_message(e)) from None
+                if e.status not in self.RETRY_STATUS or time.monotonic() + delay > deadline:
+                    raise KubeError(e.status, _message(e)) from None
+                problem = _message(e)
+            except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                if time.monotonic() + delay > deadline:
+                    raise KubeError(
+                        503,
+                        f"the Kubernetes API did not answer for {self.retry_timeout:.0f} s "
+                        f"({type(e).__name__}: {e}); try again in a minute",
+                    ) from None
+                problem = str(e) or type(e).__name__
+            log.info("Kubernetes API unavailable (%s); retrying in %.1fs", problem, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 4.0)
 
     # -- claims ----------------------------------------------------------------
     async def get_claim(self, namespace: str, name: str) -> Obj | None:

@@ -44,8 +44,23 @@ def kept(what: str, claim: Obj) -> str:
     )
 
 
+def never_scheduled(pod: Obj | None) -> bool:
+    """The scheduler has not looked at the pod at all (no PodScheduled condition yet)."""
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return (
+        pod is not None
+        and not (pod.get("spec") or {}).get("nodeName")
+        and not any(c.get("type") == "PodScheduled" for c in conditions)
+    )
+
+
 def timed_out(what: str, seconds: float, holder: Obj | None, claim: Obj | None) -> str:
-    seen = scheduler_message(holder) or "the claim was never allocated"
+    if never_scheduled(holder):
+        seen = (
+            "the scheduler never looked at the request (is the cluster's scheduler running? tell your admin)"
+        )
+    else:
+        seen = scheduler_message(holder) or "the claim was never allocated"
     return (
         f"No GPU ({what}) became free within {seconds:.0f} seconds; {seen}. "
         "Your request was withdrawn: try again later or pick another size."

@@ -1,0 +1,90 @@
+"""Fault injection for tests: stop and start one component of the running local cluster.
+
+    with faults.stopped("kube-scheduler"):
+        ...                      # the cluster runs without it
+    faults.restart("kube-apiserver")
+
+A component is stopped with SIGTERM (SIGKILL after a timeout) and started again with the
+same command, ports and data (etcd keeps its data folder), then waited for like `up` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from . import cluster as lc
+from . import components, procs
+from .certs import PKI
+from .components import Ports
+from .kubeapi import KubeAPI
+from .paths import ClusterPaths
+from .shapes import load_shape
+
+COMPONENTS = lc.ORDER
+
+
+def _state(paths: ClusterPaths) -> lc.State:
+    state = lc.State.load(paths.state)
+    if state is None:
+        raise lc.ClusterError("no local cluster is running")
+    return state
+
+
+def _command(name: str, paths: ClusterPaths, state: lc.State) -> list[str]:
+    ports, pki = Ports(**state.ports), PKI(paths.pki)
+    if name == "etcd":
+        return components.etcd_cmd(paths, ports)
+    if name == "kube-apiserver":
+        return components.apiserver_cmd(paths, pki, ports)
+    if name == "kube-controller-manager":
+        return components.controller_manager_cmd(paths, pki, ports)
+    if name == "kube-scheduler":
+        return components.scheduler_cmd(paths, ports)
+    if name == "runtime":
+        return components.runtime_cmd(state.shape, paths)
+    raise ValueError(f"unknown component {name!r}; one of {', '.join(COMPONENTS)}")
+
+
+def stop(name: str, paths: ClusterPaths | None = None) -> None:
+    paths = paths or ClusterPaths.default()
+    state = _state(paths)
+    _command(name, paths, state)  # validates the name
+    procs.terminate([state.pids[name]], timeout=10)
+
+
+def start(name: str, paths: ClusterPaths | None = None, timeout: float = 60) -> None:
+    paths = paths or ClusterPaths.default()
+    state = _state(paths)
+    cmd = _command(name, paths, state)
+    env = lc._python_env(paths) if name == "runtime" else None
+    pid = procs.spawn(cmd, paths.log(name), paths.root, env=env)
+    state.pids[name] = pid
+    state.save(paths.state)
+    ports = Ports(**state.ports)
+    checks = {
+        "etcd": lambda: lc._http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"),
+        "kube-apiserver": lambda: lc._http_ok(state.server + "/readyz", lc._admin_ctx(PKI(paths.pki))),
+        "kube-controller-manager": lc._healthz(ports.controller_manager),
+        "kube-scheduler": lc._healthz(ports.scheduler),
+    }
+    if name == "runtime":
+        api = KubeAPI.from_kubeconfig(paths.kubeconfig)
+        shape = load_shape(state.shape, lc.SHAPES_DIR)
+        checks["runtime"] = lambda: lc._nodes_published(api, shape)
+    lc._wait(name, pid, checks[name], paths.log(name), timeout)
+
+
+def restart(name: str, paths: ClusterPaths | None = None) -> None:
+    stop(name, paths)
+    start(name, paths)
+
+
+@contextlib.contextmanager
+def stopped(name: str, paths: ClusterPaths | None = None) -> Iterator[None]:
+    """The cluster without `name` inside the block; started again after it (even on failure)."""
+    stop(name, paths)
+    try:
+        yield
+    finally:
+        start(name, paths)
