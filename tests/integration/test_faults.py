@@ -1,0 +1,88 @@
+"""Faults on the local cluster: components stopped or restarted under a running hub.
+
+Each test leaves the cluster whole again (localcluster.faults starts what it stopped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localcluster import faults, waits
+from localcluster.hubproc import Hub
+from localcluster.kubeapi import KubeAPI
+
+from .hubtools import gpu_hub, gpu_objects, progress_messages, spawn, start, stop, wait_ready
+from .test_culler import culler_hub
+
+pytestmark = pytest.mark.cluster
+ONE_G = {"profile": "mig-1g-10gb"}
+
+
+@pytest.fixture
+def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
+    h = gpu_hub(namespace, tmp_path / "hub")
+    yield h
+    h.stop()
+
+
+def counts(api: KubeAPI, namespace: str) -> tuple[int, int, int]:
+    o = gpu_objects(api, namespace)
+    return len(o["claims"]), len(o["holders"]), len(o["notebooks"])
+
+
+def test_scheduler_down_the_spawn_fails_clearly_in_time_and_leaves_nothing(
+    hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    with faults.stopped("kube-scheduler"):
+        # Waits 4 s for a GPU: fails within the hub's 10 s of a synchronous start.
+        code, body = start(hub, "sam", {"profile": "gpu-short"})
+        message = body["message"] if code == 400 else progress_messages(hub, "sam", timeout=60)[-1]
+        assert "the scheduler never looked at the request" in message, (code, message)
+        assert "tell your admin" in message
+        waits.wait_for(lambda: counts(api, namespace) == (0, 0, 0), 30, "the withdrawn request to be cleaned")
+    spawn(hub, "sam", ONE_G)
+    assert counts(api, namespace) == (1, 1, 1)
+
+
+def test_apiserver_restart_during_a_spawn_is_ridden_out(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    code, _ = start(hub, "ada", ONE_G)
+    assert code in (201, 202)
+    faults.restart("kube-apiserver")
+    wait_ready(hub, "ada", timeout=120)
+    assert counts(api, namespace) == (1, 1, 1)
+    stop(hub, "ada")
+    spawn(hub, "ada", ONE_G)
+    assert counts(api, namespace) == (1, 1, 1)
+
+
+def test_etcd_restart_keeps_the_session(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    spawn(hub, "eda", ONE_G)
+    uid = api.get("ResourceClaim", "gpu-eda", namespace)["metadata"]["uid"]
+    faults.restart("etcd")
+    waits.wait_for(
+        lambda: api.get_or_none("ResourceClaim", "gpu-eda", namespace), 60, "the API to answer again"
+    )
+    stop(hub, "eda")
+    spawn(hub, "eda", ONE_G)
+    assert api.get("ResourceClaim", "gpu-eda", namespace)["metadata"]["uid"] == uid, "the same claim, kept"
+    assert counts(api, namespace) == (1, 1, 1)
+
+
+def test_culler_rides_out_an_apiserver_restart(api: KubeAPI, namespace: str, tmp_path: Path) -> None:
+    hub = culler_hub(namespace, tmp_path / "hub")
+    try:
+        spawn(hub, "cal", ONE_G)
+        faults.restart("kube-apiserver")
+        # Idle on both counts: warned, then culled, by a culler whose watches had to reconnect.
+        waits.wait_for(
+            lambda: api.get_or_none("ResourceClaim", "gpu-cal", namespace) is None,
+            90,
+            "the culler to cull cal's idle GPU after the restart",
+            lambda: hub.log.read_text()[-3000:],
+        )
+        assert f"cull {namespace}/gpu-cal" in hub.log.read_text()
+    finally:
+        hub.stop()
