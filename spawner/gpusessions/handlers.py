@@ -119,8 +119,10 @@ class WarningsHandler(APIHandler):
                         "reason": ann.get(CULL_REASON, ""),
                     }
                 )
+        from . import notices
+
         self.set_header("Content-Type", "application/json")
-        self.write(json.dumps({"warnings": out}))
+        self.write(json.dumps({"warnings": out, "notices": notices.for_user(user_name, server)}))
 
 
 class KeepHandler(APIHandler):

@@ -197,6 +197,22 @@ class GPUSession:
             await asyncio.sleep(interval)
             interval = min(interval * 1.5, 2.0)
 
+    async def heal_holder(self) -> str | None:
+        """While the notebook runs: if the holder pod is gone (deleted, evicted, failed), make a
+        new one for the same claim. Returns what happened, or None if the holder is fine."""
+        pod = await self.api.get_pod(self.n.namespace, self.n.holder)
+        if pod is not None and not pod["metadata"].get("deletionTimestamp"):
+            phase = (pod.get("status") or {}).get("phase")
+            if phase not in ("Succeeded", "Failed"):
+                return None
+        claim = await self.api.get_claim(self.n.namespace, self.n.claim)
+        if claim is None:
+            return "claim-gone"
+        if self.kernels is not None:
+            await self._ensure_secret(claim)
+        await self._ensure_holder()
+        return "recreated"
+
     async def _check_offered(self) -> None:
         for dc in self.request.device_classes():
             if await self.api.get_device_class(dc) is None:

@@ -156,6 +156,14 @@ class GPUSessionSpawner(KubeSpawner):
         help="""`resources` of the kernel gateway container (the kernels' CPU and memory live
         there, not in the notebook pod); empty means none set.""",
     )
+    on_holder_loss = Unicode(
+        "recreate",
+        config=True,
+        help="""What to do when a running server's holder pod is lost (deleted, evicted, failed):
+        `recreate` makes a new holder for the same claim, so the GPU stays the user's (the
+        notebook pod keeps it meanwhile; kernels hosted in the old holder are lost), or
+        `release` stops the server and releases the GPU. The user is told either way.""",
+    )
     gpu_allocation_timeout = Float(
         300,
         config=True,
@@ -375,6 +383,7 @@ class GPUSessionSpawner(KubeSpawner):
                 "request_hash": request.hash(),
                 "profile": n.profile,
                 "describe": request.describe(),
+                "kernels": "1" if session.kernels is not None else "",
             }
         finally:
             self._gpu_phase_done.set()
@@ -470,6 +479,68 @@ class GPUSessionSpawner(KubeSpawner):
             *(container.volume_mounts or []),
             V1VolumeMount(name="gpusessions", mount_path=SESSION_FILE_DIR, read_only=True),
         ]
+
+    @validate("on_holder_loss")
+    def _check_on_holder_loss(self, proposal: Any) -> str:
+        if proposal["value"] not in ("recreate", "release"):
+            raise TraitError(f"on_holder_loss must be 'recreate' or 'release', not {proposal['value']!r}")
+        return str(proposal["value"])
+
+    async def poll(self) -> int | None:
+        """KubeSpawner's poll, and a check that a running server's GPU holder is still there."""
+        status = await super().poll()
+        if status is None and self._gpu_state.get("claim"):
+            try:
+                return await self._check_holder()
+            except KubeError as e:
+                self.log.warning("%s: could not check the GPU holder: %s", self._log_name, e.message)
+        return status
+
+    async def _check_holder(self) -> int | None:
+        from . import notices
+
+        kernels = self._gpu_state.get("kernels") == "1"
+        session = GPUSession(
+            SessionAPI(timeout=self.k8s_api_request_timeout),
+            self._names(),
+            C.GPURequest(),
+            self._holder_settings(),
+            emit=self._emit,
+            log=self.log,
+            kernels=self._kernel_settings() if kernels else None,
+        )
+        pod = await session.api.get_pod(session.n.namespace, session.n.holder)
+        lost = (
+            pod is None
+            or bool(pod["metadata"].get("deletionTimestamp"))
+            or ((pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
+        )
+        if not lost:
+            return None
+        user, server = self.user.name, self.name or ""
+        if self.on_holder_loss == "release":
+            self.log.warning(
+                "%s: the GPU holder was lost; stopping and releasing, as configured", self._log_name
+            )
+            notices.post(
+                user,
+                server,
+                "Your GPU's holder pod was lost (deleted or evicted), so your server was stopped and its "
+                "GPU released, as this hub is configured. Start again to get a GPU.",
+            )
+            await self.release_gpu()
+            return 1
+        what = await session.heal_holder()
+        if what == "recreated":
+            self.log.warning("%s: the GPU holder was lost and has been recreated", self._log_name)
+            text = (
+                "Your GPU's holder pod was lost (deleted or evicted) and has been recreated: "
+                "the GPU stays yours."
+            )
+            if kernels:
+                text += " Kernels running beside the GPU were lost: restart them."
+            notices.post(user, server, text)
+        return None
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """GPU steps in words first (claim changes, not only pod events), then KubeSpawner's pod events."""

@@ -86,3 +86,67 @@ def test_culler_rides_out_an_apiserver_restart(api: KubeAPI, namespace: str, tmp
         assert f"cull {namespace}/gpu-cal" in hub.log.read_text()
     finally:
         hub.stop()
+
+
+def _poll_hub(namespace: str, workdir: Path, extra: str = "") -> Hub:
+    from localcluster.hubproc import start_hub
+
+    from .hubtools import GPU_HUB_CONFIG
+
+    return start_hub(
+        GPU_HUB_CONFIG.format(namespace=namespace) + "\nc.KubeSpawner.poll_interval = 2\n" + extra, workdir
+    )
+
+
+def _notices(hub: Hub, user: str) -> list[str]:
+    code, body = hub.api("GET", f"/gpusessions/users/{user}/warnings")
+    return [n["text"] for n in (body or {}).get("notices", [])] if code == 200 else []
+
+
+def test_a_lost_holder_is_recreated_and_the_user_told(api: KubeAPI, namespace: str, tmp_path: Path) -> None:
+    hub = _poll_hub(namespace, tmp_path / "hub")
+    try:
+        spawn(hub, "hal", ONE_G)
+        claim = api.get("ResourceClaim", "gpu-hal", namespace)
+        old = api.get("Pod", "gpu-holder-hal", namespace)
+        api.delete("Pod", "gpu-holder-hal", namespace, grace_period=0)
+
+        def new_holder() -> dict | None:
+            p = api.get_or_none("Pod", "gpu-holder-hal", namespace)
+            ok = (
+                p and p["metadata"]["uid"] != old["metadata"]["uid"] and p["status"].get("phase") == "Running"
+            )
+            return p if ok else None
+
+        pod = waits.wait_for(
+            new_holder, 60, "the holder to be recreated", lambda: hub.log.read_text()[-2000:]
+        )
+        assert pod["spec"]["nodeName"] == old["spec"]["nodeName"]
+        now = api.get("ResourceClaim", "gpu-hal", namespace)
+        assert now["metadata"]["uid"] == claim["metadata"]["uid"]
+        assert now["status"]["allocation"] == claim["status"]["allocation"], "the same GPU"
+        [text] = waits.wait_for(lambda: _notices(hub, "hal"), 30, "the user to be told")
+        assert "recreated" in text and "Kernels running beside the GPU were lost" in text
+        stop(hub, "hal")
+        spawn(hub, "hal", ONE_G)
+        assert counts(api, namespace) == (1, 1, 1)
+    finally:
+        hub.stop()
+
+
+def test_a_lost_holder_stops_and_releases_when_so_configured(
+    api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    hub = _poll_hub(namespace, tmp_path / "hub", 'c.GPUSessionSpawner.on_holder_loss = "release"\n')
+    try:
+        spawn(hub, "rel", ONE_G)
+        api.delete("Pod", "gpu-holder-rel", namespace, grace_period=0)
+        waits.wait_for(
+            lambda: counts(api, namespace) == (0, 0, 0), 60, "the server to stop and the GPU to go"
+        )
+        [text] = _notices(hub, "rel")
+        assert "server was stopped and its GPU released" in text
+        _, user = hub.api("GET", "/users/rel")
+        assert not user["servers"].get("", {}).get("ready")
+    finally:
+        hub.stop()

@@ -71,6 +71,7 @@ class WarningsHandler(APIHandler):
             code, body = await relay.call("GET", "warnings")
             if code == 200:
                 out["warnings"] = body.get("warnings", [])
+                out["notices"] = body.get("notices", [])
             elif code == 404:
                 out["enabled"] = False  # this hub has no gpusessions endpoints
             else:

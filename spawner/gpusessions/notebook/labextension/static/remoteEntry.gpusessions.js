@@ -62,6 +62,7 @@
     var shown = null; // {key, id}
     var timer = null;
     var lostSeen = {};
+    var noticeSeen = {};
 
     function notify(type, msg, actions) {
       return app.commands.execute('apputils:notify', {
@@ -111,6 +112,13 @@
           lostSeen[ev.at] = true;
           notify('error', (ev.count === 1 ? 'A kernel was' : ev.count + ' kernels were') +
             ' lost: ' + ev.reason + '. Restart it from the Kernel menu.', []);
+        });
+        (body.notices || []).forEach(function (n) {
+          if (noticeSeen[n.at]) {
+            return;
+          }
+          noticeSeen[n.at] = true;
+          notify(n.level === 'info' ? 'info' : 'warning', n.text, []);
         });
         var w = (body.warnings || [])[0];
         if (!w) {
