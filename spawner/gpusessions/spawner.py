@@ -317,6 +317,25 @@ class GPUSessionSpawner(KubeSpawner):
         except InvalidOptions as e:
             raise SpawnException(str(e), reason="invalid-options") from None
 
+    # -- hardened defaults: notebook pods meet the Pod Security "restricted" level ----------
+    @default("container_security_context")
+    def _gpusessions_container_security_context(self) -> dict[str, Any]:
+        """Non-root, no privilege escalation, no capabilities, the runtime's seccomp profile.
+
+        Set `container_security_context` to change it (an image that must start as root, for
+        example docker-stacks' `GRANT_SUDO`)."""
+        return {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+
+    @default("automount_service_account_token")
+    def _gpusessions_automount(self) -> bool:
+        """Notebooks get no Kubernetes API token (set True if yours need one)."""
+        return False
+
     @default("server_token_scopes")
     def _gpusessions_server_token_scopes(self) -> list[str]:
         """The `server` role's scopes, plus reading and keeping this one server's GPU.

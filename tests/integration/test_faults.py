@@ -150,3 +150,35 @@ def test_a_lost_holder_stops_and_releases_when_so_configured(
         assert not user["servers"].get("", {}).get("ready")
     finally:
         hub.stop()
+
+
+def test_every_pod_meets_the_restricted_pod_security_level(
+    api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    """The apiserver's PodSecurity admission refuses any pod below `restricted` in this namespace."""
+    api.patch(
+        "Namespace",
+        namespace,
+        {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
+    )
+    from localcluster.kubeapi import ApiError
+    from localcluster.testing import exec_pod
+
+    with pytest.raises(ApiError) as err:  # the level is enforced here: a plain pod is refused
+        api.create(exec_pod("plain", command=["sleep", "1"]), namespace)
+    assert "violates PodSecurity" in str(err.value)
+    hub = gpu_hub(namespace, tmp_path / "hub")
+    try:
+        spawn(hub, "rita", ONE_G)  # notebook, holder with agent and kernel host
+        spawn(hub, "cora", {"profile": "cpu"})
+        for pod in api.list("Pod", namespace)["items"]:
+            spec = pod["spec"]
+            assert spec.get("automountServiceAccountToken") is False, pod["metadata"]["name"]
+            for c in spec["containers"]:
+                sc = c.get("securityContext") or {}
+                assert sc.get("allowPrivilegeEscalation") is False, (pod["metadata"]["name"], c["name"])
+                assert sc.get("capabilities", {}).get("drop") == ["ALL"], (pod["metadata"]["name"], c["name"])
+        holder = api.get("Pod", "gpu-holder-rita", namespace)
+        assert holder["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    finally:
+        hub.stop()
