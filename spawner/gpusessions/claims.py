@@ -132,6 +132,7 @@ class HolderSettings:
     image_pull_policy: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
+    agent_token_secret: str | None = None  # Secret (key "token") the agent requires on its API
 
 
 def build_holder_pod(
@@ -166,6 +167,8 @@ def build_holder_pod(
         ],
         "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
     }
+    if settings.agent_token_secret:
+        container["env"].append(token_env("GPUSESSIONS_AGENT_TOKEN", settings.agent_token_secret))
     if settings.args:
         container["args"] = list(settings.args)
     if settings.image_pull_policy:

@@ -109,6 +109,14 @@ class GPUSessionSpawner(KubeSpawner):
         config=True,
         help="Image of the holder pod (runs the GPU agent). Set it to your registry's copy.",
     )
+    agent_token_secret = Unicode(
+        "",
+        config=True,
+        help="""Name of a Secret in the user namespace whose key `token` the holder's GPU agent
+        requires on its API (`Authorization: Bearer <token>`); give the culler the same token
+        (`configure_culler(..., agent_token=...)`). Empty: the agent's API is open to anyone who
+        can reach the holder pod (its NetworkPolicy aside).""",
+    )
     holder_resources = Dict(
         {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
         config=True,
@@ -242,6 +250,7 @@ class GPUSessionSpawner(KubeSpawner):
             scheduler_name=self.scheduler_name or None,
             priority_class=self.priority_class_name or None,
             image_pull_policy=self.image_pull_policy or None,
+            agent_token_secret=self.agent_token_secret or None,
         )
 
     def _kernel_settings(self) -> K.KernelSettings:

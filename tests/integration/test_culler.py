@@ -206,3 +206,46 @@ def test_hub_restart_in_the_middle_of_a_cull_is_safe(api: KubeAPI, namespace: st
         assert not hub2.api("GET", "/users/ivan")[1]["servers"].get("", {}).get("ready")
     finally:
         hub2.stop()
+
+
+def test_agents_answer_only_the_culler_token(api: KubeAPI, namespace: str, tmp_path: Path) -> None:
+    from localcluster.hubproc import start_hub
+
+    token = "agent-" + "x" * 32
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "gpusessions-agent", "namespace": namespace},
+            "stringData": {"token": token},
+        }
+    )
+    cfg = GPU_HUB_CONFIG.format(namespace=namespace) + (
+        'c.GPUSessionSpawner.agent_token_secret = "gpusessions-agent"\n'
+        "from gpusessions.culler.hubconfig import configure_culler\n"
+        f'configure_culler(c, admins=["admin"], port={free_port()}, agent_token={token!r},\n'
+        '    args=["--interval", "1", "--idle-limit", "100000"])\n'
+        'c.JupyterHub.load_roles[0]["scopes"].append("custom:gpusessions:admin")\n'
+    )
+    hub = start_hub(cfg, tmp_path / "hub")
+    try:
+        spawn(hub, "alma", ONE_G)
+        ip = api.get("Pod", "gpu-holder-alma", namespace)["status"]["podIP"]
+
+        def agent(tok: str | None) -> int:
+            headers = {"Authorization": f"Bearer {tok}"} if tok else {}
+            req = urllib.request.Request(f"http://{ip}:9400/api/status", headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        waits.wait_for(lambda: agent(token) == 200, 30, "the agent to answer its token")
+        assert agent(None) == 401 and agent("wrong") == 401
+        # The culler, holding the token, still reads the GPU.
+        view = waits.wait_for(lambda: sessions(hub).get("gpu-alma", {}).get("gpu"), 30, "GPU readings")
+        assert view[0]["uuid"].startswith("MIG-")
+        assert not sessions(hub)["gpu-alma"]["gpu_error"]
+    finally:
+        hub.stop()

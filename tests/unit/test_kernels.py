@@ -114,3 +114,12 @@ def test_network_policy_admits_only_the_sessions_notebook_to_the_gateway() -> No
     assert np["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     pod = build_holder_pod("gpu-holder-ann", "ns", "gpu-ann", HolderSettings("holder:1", {}), "ann", "")
     assert pod["metadata"]["labels"]["gpusessions.io/claim"] == "gpu-ann"
+
+
+def test_agent_token_comes_from_its_secret() -> None:
+    pod = build_holder_pod(
+        "h", "ns", "c", HolderSettings("holder:1", {}, agent_token_secret="gpusessions-agent"), "ann", ""
+    )
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    ref = env["GPUSESSIONS_AGENT_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "gpusessions-agent", "key": "token"}

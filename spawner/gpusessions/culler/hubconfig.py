@@ -22,9 +22,13 @@ def configure_culler(
     args: list[str] | None = None,
     port: int = 10101,
     environment: dict[str, str] | None = None,
+    agent_token: str | None = None,
 ) -> None:
+    """`agent_token`: what the holders' agents require (GPUSessionSpawner.agent_token_secret)."""
     env = {"KUBECONFIG": os.environ["KUBECONFIG"]} if "KUBECONFIG" in os.environ else {}
     env.update(environment or {})
+    if agent_token:
+        env["GPUSESSIONS_AGENT_TOKEN"] = agent_token
     services = list(c.JupyterHub.get("services", []) or [])
     services.append(
         {
