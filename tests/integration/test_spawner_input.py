@@ -170,3 +170,43 @@ def test_hostile_usernames_get_valid_distinct_names(hub: Hub, api: KubeAPI, modu
         tuple(r["device"] for r in claims[u]["status"]["allocation"]["devices"]["results"]) for u in HOSTILE
     ]
     assert len(set(devices)) == len(devices), "every user got a device of their own"
+
+
+def test_broken_profile_config_is_refused_clearly_and_creates_nothing(
+    api: KubeAPI, tmp_path_factory: pytest.TempPathFactory, module_ns: str
+) -> None:
+    from localcluster.hubproc import start_hub
+
+    from .hubtools import GPU_HUB_CONFIG
+
+    extra = """
+EXTRA.append({"display_name": "Bad CEL", "slug": "badcel", "kubespawner_override": {
+    "gpu_device_class": "mig.nvidia.com", "gpu_selectors": ["device.attributes[ broken"]}})
+EXTRA.append({"display_name": "Bad first", "slug": "badfirst", "kubespawner_override": {
+    "gpu_first_available": [{"device_class": "mig.nvidia.com", "colour": "red"}]}})
+"""
+    h = start_hub(GPU_HUB_CONFIG.format(namespace=module_ns) + extra, tmp_path_factory.mktemp("badhub"))
+    try:
+        for user, profile, words in (
+            ("cel", "badcel", "Syntax error"),
+            ("first", "badfirst", "unknown keys: ['colour']"),
+            ("tpu", "tpu", "is not offered on this cluster"),
+        ):
+            code, body = start(h, user, {"profile": profile})
+            message = body["message"] if code == 400 else ""
+            if code == 202:
+                from .hubtools import progress_messages
+
+                message = progress_messages(h, user)[-1]
+            assert words in message, (profile, code, message)
+            assert "Traceback" not in message
+            objs = gpu_objects(api, module_ns)
+            assert not [
+                o
+                for kind in objs.values()
+                for o in kind
+                if o["metadata"].get("annotations", {}).get("gpusessions.io/user") == user
+            ], (profile, "nothing created")
+            assert api.get_or_none("Pod", f"jupyter-{user}", module_ns) is None
+    finally:
+        h.stop()
