@@ -37,6 +37,9 @@ class FakeCluster:
         self.claims, self.holders = Cache(claims), Cache(holders)
         self.calls = 0
 
+    def node_names(self) -> set[str] | None:
+        return None  # every node is there
+
     async def annotate(self, *a: Any) -> None:
         self.calls += 1
 

@@ -182,3 +182,32 @@ def test_every_pod_meets_the_restricted_pod_security_level(
         assert holder["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
     finally:
         hub.stop()
+
+
+def test_a_node_that_disappears_has_its_sessions_cleaned(
+    api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    hub = culler_hub(namespace, tmp_path / "hub", args=("--idle-limit", "100000"))
+    try:
+        spawn(hub, "nia", ONE_G)
+        node = api.get("Pod", "gpu-holder-nia", namespace)["spec"]["nodeName"]
+        api.delete("Node", node)
+        try:
+            waits.wait_for(
+                lambda: api.get_or_none("ResourceClaim", "gpu-nia", namespace) is None,
+                60,
+                "the culler to clean the session of the vanished node",
+                lambda: hub.log.read_text()[-3000:],
+            )
+            log = hub.log.read_text()
+            assert f"node-gone {namespace}/gpu-nia (nia/): the node of this GPU ({node}) is gone" in log
+            waits.wait_for(
+                lambda: not (hub.api("GET", "/users/nia")[1]["servers"].get("", {}).get("ready")),
+                60,
+                "nia's server to be stopped",
+            )
+        finally:
+            faults.restart("runtime")  # registers the node and its GPUs again
+        spawn(hub, "nia", ONE_G)
+    finally:
+        hub.stop()

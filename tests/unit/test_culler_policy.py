@@ -189,3 +189,10 @@ def test_metrics_carry_the_queue_and_escape_label_values() -> None:
     assert 'gpusessions_held_gpus{state="running",profile="",queue="team-a"} 2' in text
     assert 'gpusessions_held_gpus{state="running",profile="x\\"y",queue=""} 1' in text
     assert 'gpusessions_idle_gpu_seconds_total{profile="x\\"y"} 2.0' in text
+
+
+def test_a_session_whose_node_is_gone_is_released_at_once_even_if_kept() -> None:
+    s = running(node="n7", node_gone=True, keep_until=T0 + 10 * H)
+    d = decide(s, T0 + 1, POLICY)
+    assert d.action == "node-gone" and "n7" in d.reason
+    assert s.state == "node gone"

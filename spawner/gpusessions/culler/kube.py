@@ -33,7 +33,16 @@ class ClusterSide:
         self.holders = Cache(
             "pods", partial(self.core.list_pod_for_all_namespaces, label_selector=HOLDERS), self._changed
         )
-        self._tasks = [asyncio.ensure_future(c.run()) for c in (self.claims, self.holders)]
+        # Nodes: a session whose GPU's node is gone is cleaned up (needs list/watch on nodes;
+        # without it the culler only logs the watch's error and skips that check).
+        self.nodes = Cache("nodes", self.core.list_node, self._changed)
+        self._tasks = [asyncio.ensure_future(c.run()) for c in (self.claims, self.holders, self.nodes)]
+
+    def node_names(self) -> set[str] | None:
+        """The nodes that exist, or None while the node watch has no reliable picture."""
+        if not self.nodes.ready.is_set() or self.nodes.error:
+            return None
+        return {n["metadata"]["name"] for n in self.nodes.objects.values()}
 
     def _changed(self) -> None:
         self.version += 1

@@ -61,6 +61,7 @@ class Session:
     gpu: list[Obj] = field(default_factory=list)
     gpu_error: str | None = None
     kernels: list[Obj] | None = None  # kernels hosted in the holder (persist_kernels)
+    node_gone: bool = False  # the claim's node no longer exists
     kernels_error: str | None = None
     # from the claim's annotations (the culler's memory across restarts)
     keep_until: float | None = None
@@ -73,6 +74,8 @@ class Session:
 
     @property
     def state(self) -> str:
+        if self.node_gone:
+            return "node gone"
         if self.running:
             return "running" if self.allocated else "waiting"
         if self.pending:

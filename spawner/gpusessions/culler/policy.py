@@ -11,6 +11,7 @@
   before it; activity after the warning clears it.
 - `keep_until` (an admin's or the user's exemption) holds everything.
 - Orphans (no hub user or server for the claim) are released after `orphan_grace`.
+- A session whose node is gone is stopped and released at once (exemptions do not hold it).
 - Per-profile overrides change any of these; `dry_run` decides but never acts.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 
 from .model import Session
 
-NONE, WARN, UNWARN, CULL, RELEASE, ORPHAN, MARK_STOPPED, CLEAR_STOPPED = (
+NONE, WARN, UNWARN, CULL, RELEASE, ORPHAN, MARK_STOPPED, CLEAR_STOPPED, NODE_GONE = (
     "none",
     "warn",
     "unwarn",
@@ -31,6 +32,7 @@ NONE, WARN, UNWARN, CULL, RELEASE, ORPHAN, MARK_STOPPED, CLEAR_STOPPED = (
     "orphan",
     "mark-stopped",
     "clear-stopped",
+    "node-gone",
 )
 
 
@@ -86,6 +88,9 @@ def _idle_since(s: Session) -> float | None:
 
 def decide(s: Session, now: float, policy: Policy) -> Decision:
     r = policy.for_profile(s.profile)
+    if s.node_gone:
+        # The GPU went with its node: nothing to keep, no warning to give.
+        return Decision(NODE_GONE, f"the node of this GPU ({s.node}) is gone")
     if s.keep_until is not None and s.keep_until > now:
         return Decision(NONE, f"kept until {s.keep_until:.0f} (exemption)")
     if not s.hub_user or not s.hub_server:

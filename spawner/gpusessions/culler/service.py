@@ -31,6 +31,7 @@ from .policy import (
     CLEAR_STOPPED,
     CULL,
     MARK_STOPPED,
+    NODE_GONE,
     NONE,
     ORPHAN,
     RELEASE,
@@ -90,7 +91,11 @@ class Culler:
         sessions, orphan_holders = join(
             list(self.cluster.claims.objects.values()), list(self.cluster.holders.objects.values()), users
         )
-        await asyncio.gather(*(self._agent(s) for s in sessions))
+        nodes = self.cluster.node_names()
+        if nodes is not None:
+            for s in sessions:
+                s.node_gone = s.node is not None and s.node not in nodes
+        await asyncio.gather(*(self._agent(s) for s in sessions if not s.node_gone))
         now = time.time() if now is None else now
         if self.last_cycle is not None:
             # GPU-seconds held while idle since the last cycle (bounded, in case cycles stalled).
@@ -148,6 +153,11 @@ class Culler:
         elif d.action == CULL:
             self.culls["max-age" if "maximum age" in d.reason else "idle"] += 1
             await self.hub.stop_server(s.user or "", s.server or "")
+            await self.cluster.release(s.namespace, s.claim, s.holder)
+        elif d.action == NODE_GONE:
+            self.culls["node-gone"] += 1
+            if s.running or s.pending:
+                await self.hub.stop_server(s.user or "", s.server or "")
             await self.cluster.release(s.namespace, s.claim, s.holder)
         elif d.action in (RELEASE, ORPHAN):
             self.culls["stopped" if d.action == RELEASE else "orphan"] += 1
