@@ -114,6 +114,17 @@ class SessionAPI:
         )
         return r is not None
 
+    async def label_claim(self, namespace: str, name: str, labels: dict[str, str | None]) -> bool:
+        """Merge-patch the claim's labels; False if the claim is gone."""
+        r = await self._call(
+            self.resource.patch_namespaced_resource_claim,
+            name,
+            namespace,
+            {"metadata": {"labels": labels}},
+            _content_type="application/merge-patch+json",
+        )
+        return r is not None
+
     async def list_claims(self, namespace: str, label_selector: str) -> list[Obj]:
         r = await self._call(
             self.resource.list_namespaced_resource_claim, namespace, label_selector=label_selector

@@ -67,6 +67,8 @@ class GPUSession:
         extra_labels: dict[str, str] | None = None,
         poll_interval: float = 0.5,
         kernels: K.KernelSettings | None = None,
+        before_create: Callable[[], Awaitable[None]] | None = None,
+        extra_annotations: dict[str, str] | None = None,
     ):
         self.api = api
         self.n = names
@@ -77,6 +79,8 @@ class GPUSession:
         self.extra_labels = extra_labels or {}
         self.poll = poll_interval
         self.kernels = kernels
+        self.before_create = before_create
+        self.extra_annotations = extra_annotations or {}
         self.what = request.describe()
 
     # -- start -----------------------------------------------------------------------
@@ -100,6 +104,27 @@ class GPUSession:
         if self.kernels is not None:
             alloc.gateway_url = await self._wait_gateway(max(deadline - time.monotonic(), 30.0))
         return alloc
+
+    async def _relabel(self, claim: Obj) -> None:
+        """A kept claim follows the session's labels (the user's queue may have changed):
+        KAI blocks a pod whose standalone claim lacks the pod's queue label."""
+        have = claim["metadata"].get("labels") or {}
+        missing = {k: v for k, v in self.extra_labels.items() if have.get(k) != v}
+        if not missing:
+            return
+        self.log.info("Relabelling claim %s/%s: %s", self.n.namespace, self.n.claim, missing)
+        if not await self.api.label_claim(self.n.namespace, self.n.claim, dict(missing)):
+            raise Refused("Your GPU claim was deleted while starting; try again.", reason="claim-deleted")
+        claim["metadata"]["labels"] = {**have, **missing}
+        holder = await self.api.get_pod(self.n.namespace, self.n.holder)
+        if holder is not None and any(
+            (holder["metadata"].get("labels") or {}).get(k) != v for k, v in missing.items()
+        ):
+            # Pod labels of a running holder could be patched, but its scheduler and queue were
+            # fixed when it was scheduled: a new holder takes the new queue.
+            self.emit("Your team's queue changed: moving your GPU session to it ...")
+            await self.api.delete_pod(self.n.namespace, self.n.holder, grace_seconds=0)
+            await self._wait_pod_gone(60)
 
     async def _ensure_secret(self, claim: Obj) -> None:
         """The gateway's token: kept with the claim (a notebook restart must not change it)."""
@@ -241,10 +266,13 @@ class GPUSession:
                     await self._wait_claim_gone(60)
                     continue
                 if C.claim_matches(existing, self.request):
+                    await self._relabel(existing)
                     return existing, True
                 self.emit("You picked another GPU size: releasing the GPU you had ...")
                 await self.release(wait=True)
                 continue
+            if self.before_create is not None:
+                await self.before_create()  # e.g. the team's GPU quota; raises Refused
             body = C.build_claim(
                 self.n.claim,
                 self.n.namespace,
@@ -254,6 +282,7 @@ class GPUSession:
                 self.n.profile,
                 self.extra_labels,
             )
+            body["metadata"]["annotations"].update(self.extra_annotations)
             try:
                 self.log.info("Creating ResourceClaim %s/%s (%s)", self.n.namespace, self.n.claim, self.what)
                 return await self.api.create_claim(body), False

@@ -30,11 +30,24 @@ from kubernetes_asyncio.client import (
     V1VolumeMount,
 )
 from kubespawner import KubeSpawner
-from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
+from traitlets import (
+    Bool,
+    Callable,
+    Dict,
+    Float,
+    Integer,
+    List,
+    TraitError,
+    Unicode,
+    Union,
+    default,
+    validate,
+)
 
 from . import claims as C
 from . import kernels as K
 from . import labels as L
+from . import queues as Q
 from .kube import KubeError, SessionAPI
 from .options import InvalidOptions
 from .options import validate as validate_options
@@ -164,6 +177,44 @@ class GPUSessionSpawner(KubeSpawner):
         help="""`resources` of the kernel gateway container (the kernels' CPU and memory live
         there, not in the notebook pod); empty means none set.""",
     )
+    kai_queue = Union(
+        [Unicode(), Dict(), Callable()],
+        default_value="",
+        config=True,
+        help="""The KAI Scheduler queue of a user's sessions: a queue name; a mapping from hub
+        group to queue (`{"team-a": "team-a", "*": "shared"}`, the user's first group found,
+        `"*"` for everyone else); or a callable `(spawner) -> str | None` (may be async).
+        Empty (the default): KAI is not used. With a queue, the notebook pod, the holder pod and
+        the claim carry `kai.scheduler/queue`, and both pods use `kai_scheduler_name` and
+        `kai_priority_class`. A user with no queue is refused with a clear message (or gets
+        `kai_default_queue`), never KAI's silent `default-queue`.""",
+    )
+    kai_default_queue = Unicode(
+        "",
+        config=True,
+        help="Queue for users `kai_queue` gives none; empty means such users are refused.",
+    )
+    kai_priority_class = Unicode(
+        "build",
+        config=True,
+        help="""PriorityClass of notebook and holder pods under KAI: `build` (100, the default) is
+        non-preemptible: it runs only within the queue's quota and is never evicted. Use
+        `build-preemptible` (75) or `train` (50) in a profile that may go over quota and be
+        reclaimed.""",
+    )
+    kai_scheduler_name = Unicode(
+        "kai-scheduler",
+        config=True,
+        help="schedulerName of notebook and holder pods when `kai_queue` is set.",
+    )
+    kai_gpu_quota = Dict(
+        {},
+        config=True,
+        help="""Per-queue GPU quota in GPU-equivalents, enforced by the spawner before it creates
+        a claim (`{"team-a": 2}`): a MIG slice Ng.* counts N/7, a whole GPU 1, summed over the
+        queue's claims the hub sees. KAI itself charges any claim as a whole GPU; see
+        docs/queues.md. Queues not listed have no such limit.""",
+    )
     on_holder_loss = Unicode(
         "recreate",
         config=True,
@@ -194,6 +245,7 @@ class GPUSessionSpawner(KubeSpawner):
         self._gpu_phase_done = asyncio.Event()
         self._gpu_alloc: Allocation | None = None
         self._gpu_state: dict[str, str] = {}
+        self._kai_queue: str | None = None
         # The start timeout covers the wait for a GPU too.
         base: int = getattr(self, "start_timeout", 60)
         self.start_timeout = int(base + self._max_allocation_timeout())
@@ -242,13 +294,14 @@ class GPUSessionSpawner(KubeSpawner):
         )
 
     def _holder_settings(self) -> C.HolderSettings:
+        queue = self._kai_queue or self._gpu_state.get("queue")
         return C.HolderSettings(
             image=self.holder_image,
             resources=dict(self.holder_resources),
             node_selector=dict(self.node_selector or {}),
             tolerations=tuple(self.tolerations or ()),
-            scheduler_name=self.scheduler_name or None,
-            priority_class=self.priority_class_name or None,
+            scheduler_name=(self.kai_scheduler_name if queue else self.scheduler_name) or None,
+            priority_class=(self.kai_priority_class if queue else self.priority_class_name) or None,
             image_pull_policy=self.image_pull_policy or None,
             agent_token_secret=self.agent_token_secret or None,
         )
@@ -275,8 +328,13 @@ class GPUSessionSpawner(KubeSpawner):
             agent_port=C.AGENT_PORT,
         )
 
-    def _session(self, request: C.GPURequest | None = None) -> GPUSession:
+    def _queue_labels(self) -> dict[str, str]:
+        queue = self._kai_queue or self._gpu_state.get("queue")
+        return {L.QUEUE_LABEL: queue} if queue else {}
+
+    def _session(self, request: C.GPURequest | None = None, equivalents: str | None = None) -> GPUSession:
         wants = request is not None and request.wants_gpu
+        quota = self._kai_queue is not None and self._kai_queue in self.kai_gpu_quota
         return GPUSession(
             SessionAPI(timeout=self.k8s_api_request_timeout),
             self._names(),
@@ -284,8 +342,64 @@ class GPUSessionSpawner(KubeSpawner):
             self._holder_settings(),
             emit=self._emit,
             log=self.log,
+            extra_labels=self._queue_labels(),
             kernels=self._kernel_settings() if wants and self.persist_kernels else None,
+            before_create=(lambda: self._check_quota(request)) if wants and quota and request else None,
+            extra_annotations={Q.EQUIVALENTS_ANNOTATION: equivalents} if equivalents else None,
         )
+
+    # -- KAI queues ------------------------------------------------------------------------
+    async def _resolve_queue(self) -> str | None:
+        """The user's queue (KAI), or None when KAI is not used; refuses a user without one."""
+        from kubespawner.slugs import is_valid_label
+
+        if not self.kai_queue:
+            return None
+        groups = [g.name for g in getattr(self.user, "groups", []) or []]
+        queue = await Q.resolve(self.kai_queue, self, groups, self.kai_default_queue)
+        if not queue:
+            raise SpawnException(
+                "You are in no team with a GPU queue"
+                + (f" (your groups: {', '.join(sorted(groups))})" if groups else " (you are in no group)")
+                + ", so your server cannot be scheduled. Ask your admin to add you to a team.",
+                reason="no-queue",
+            )
+        if not is_valid_label(queue):
+            raise SpawnException(
+                f"This hub's queue setting gives the queue name {queue[:80]!r}, which is not a valid "
+                "Kubernetes label value. Ask your admin to fix kai_queue.",
+                reason="invalid-queue",
+            )
+        return queue
+
+    async def _team_figures(self, request: C.GPURequest) -> tuple[Any, Any] | None:
+        from .watch import cluster_view
+
+        view = cluster_view()
+        if not await view.wait_ready(timeout=5) or view.errors:
+            return None
+        inv, _, _, classes = view.derived()
+        return view, Q.request_equivalent(request, inv, classes)
+
+    async def _check_quota(self, request: C.GPURequest | None) -> None:
+        """The team's GPU quota in GPU-equivalents, from the claims the hub sees (best effort:
+        two spawns in the same instant may both pass; KAI's own quota is the hard limit)."""
+        queue = self._kai_queue
+        if request is None or queue is None or queue not in self.kai_gpu_quota:
+            return
+        figures = await self._team_figures(request)
+        if figures is None:
+            self.log.warning(
+                "%s: no cluster view; the team quota of %s is not checked", self._log_name, queue
+            )
+            return
+        view, want = figures
+        inv = view.derived()[0]
+        n = self._names()
+        use = Q.team_use(view.claims.objects.values(), queue, inv, exclude=(n.namespace, n.claim))
+        message = Q.over_quota(use, float(self.kai_gpu_quota[queue]), want, request.describe())
+        if message:
+            raise Refused(message, reason="team-quota")
 
     def _emit(self, message: str) -> None:
         """A progress message for the spawn page (and the hub log)."""
@@ -372,6 +486,7 @@ class GPUSessionSpawner(KubeSpawner):
     # -- start ----------------------------------------------------------------------------
     async def get_pod_manifest(self) -> Any:
         """Before the notebook pod: claim, holder, allocation. Then add the claim to the pod."""
+        self._kai_queue = await self._resolve_queue()
         await self._prepare_gpu()
         pod = await super().get_pod_manifest()
         pod.metadata.labels = {
@@ -379,6 +494,10 @@ class GPUSessionSpawner(KubeSpawner):
             L.MANAGED_BY: L.MANAGER,
             L.COMPONENT: "notebook",
         }
+        if self._kai_queue:
+            pod.metadata.labels[L.QUEUE_LABEL] = self._kai_queue
+            pod.spec.scheduler_name = self.kai_scheduler_name
+            pod.spec.priority_class_name = self.kai_priority_class or None
         if self._gpu_alloc is not None:
             self._add_gpu_to_pod(pod, self._gpu_alloc)
             pod.metadata.labels[L.CLAIM_LABEL] = L.label_value(self._names().claim)
@@ -394,7 +513,11 @@ class GPUSessionSpawner(KubeSpawner):
                 await self._release_previous_gpu_for_cpu_profile()
                 return
             await self._refuse_if_size_missing(request)
-            session = self._session(request)
+            equivalents = None
+            if self._kai_queue:
+                figures = await self._team_figures(request)
+                equivalents = str(figures[1]) if figures else None
+            session = self._session(request, equivalents)
             try:
                 self._gpu_alloc = await session.ensure(self.gpu_allocation_timeout)
             except Refused as e:
@@ -412,6 +535,7 @@ class GPUSessionSpawner(KubeSpawner):
                 "profile": n.profile,
                 "describe": request.describe(),
                 "kernels": "1" if session.kernels is not None else "",
+                "queue": self._kai_queue or "",
             }
         finally:
             self._gpu_phase_done.set()
@@ -535,6 +659,7 @@ class GPUSessionSpawner(KubeSpawner):
             self._holder_settings(),
             emit=self._emit,
             log=self.log,
+            extra_labels=self._queue_labels(),
             kernels=self._kernel_settings() if kernels else None,
         )
         pod = await session.api.get_pod(session.n.namespace, session.n.holder)

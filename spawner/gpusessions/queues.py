@@ -1,0 +1,121 @@
+"""Team queues (KAI Scheduler) and a GPU quota that means something for MIG (pure).
+
+- `resolve`: which queue a user's sessions go to: a fixed name, the first of the user's
+  hub groups found in a mapping (group -> queue, `"*"` for everyone else), or a callable.
+- GPU-equivalents: a MIG slice `Ng.XXgb` is N/7 of its GPU (the 7 compute slices of an
+  A100 or H100), a whole GPU is 1. KAI charges a claim as one whole GPU whatever its size
+  (and only for device classes named "...gpu..."), so a team quota in KAI cannot tell a
+  1g.10gb slice from a GPU; the spawner enforces a per-team quota in GPU-equivalents
+  before it creates a claim, from the claims it sees in its shared watch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from . import labels as L
+from .availability import Inventory, size_match
+from .claims import Alternative, GPURequest
+
+Obj = dict[str, Any]
+EQUIVALENTS_ANNOTATION = "gpusessions.io/gpu-equivalents"
+_MIG = re.compile(r"^(\d+)g\.(\d+)gb$")
+
+
+async def resolve(setting: Any, spawner: Any, groups: Iterable[str], default: str = "") -> str | None:
+    """The queue of this user's sessions, or None when the user has none."""
+    if callable(setting):
+        value = setting(spawner)
+        if inspect.isawaitable(value):
+            value = await value
+        return str(value) if value else (default or None)
+    if isinstance(setting, dict):
+        mine = set(groups)
+        for group, queue in setting.items():
+            if group != "*" and group in mine:
+                return str(queue)
+        return str(setting["*"]) if setting.get("*") else (default or None)
+    return str(setting) if setting else (default or None)
+
+
+def device_equivalent(device: Obj | None) -> Fraction:
+    """GPU-equivalents of one device: N/7 for a MIG slice Ng.*, 1 for a whole GPU."""
+    profile = (((device or {}).get("attributes") or {}).get("profile") or {}).get("string", "")
+    m = _MIG.match(profile)
+    return Fraction(int(m.group(1)), 7) if m else Fraction(1)
+
+
+def request_equivalent(request: GPURequest, inv: Inventory, classes: dict[str, Obj]) -> Fraction:
+    """The most a request can take: over its alternatives, count x the largest matching device
+    (1 per device when the size cannot be read: never less than it may take)."""
+    alts = request.first_available or (Alternative(request.device_class, request.count, request.selectors),)
+    most = Fraction(0)
+    for a in alts:
+        match = size_match([a.device_class], list(a.selectors), classes)
+        per = Fraction(1)
+        if match is not None:
+            eqs = [device_equivalent(inv.by_key[k]) for k in inv.candidates(match)]
+            per = max(eqs) if eqs else Fraction(1)
+        most = max(most, per * a.count)
+    return most
+
+
+def claim_equivalent(claim: Obj, inv: Inventory) -> Fraction:
+    """What a claim holds: its allocated devices; before allocation, what it was charged."""
+    alloc = (claim.get("status") or {}).get("allocation") or {}
+    results = (alloc.get("devices") or {}).get("results") or []
+    if results:
+        return sum(
+            (device_equivalent(inv.by_key.get((r["driver"], r["pool"], r["device"]))) for r in results),
+            Fraction(0),
+        )
+    charged = (claim["metadata"].get("annotations") or {}).get(EQUIVALENTS_ANNOTATION)
+    try:
+        return Fraction(charged) if charged else Fraction(1)
+    except (ValueError, ZeroDivisionError):
+        return Fraction(1)
+
+
+@dataclass(frozen=True)
+class TeamUse:
+    queue: str
+    used: Fraction
+    sessions: int
+
+
+def team_use(
+    claims: Iterable[Obj], queue: str, inv: Inventory, exclude: tuple[str, str] | None = None
+) -> TeamUse:
+    used, n = Fraction(0), 0
+    for c in claims:
+        md = c["metadata"]
+        if (md.get("labels") or {}).get(L.QUEUE_LABEL) != queue or md.get("deletionTimestamp"):
+            continue
+        if exclude is not None and (md.get("namespace"), md.get("name")) == exclude:
+            continue
+        used += claim_equivalent(c, inv)
+        n += 1
+    return TeamUse(queue, used, n)
+
+
+def fmt(x: Fraction | float) -> str:
+    x = Fraction(x).limit_denominator(1000)
+    if x.denominator == 1:
+        return f"{x.numerator} GPU" if x.numerator == 1 else f"{x.numerator} GPUs"
+    return f"{float(x):.2f} GPU"
+
+
+def over_quota(use: TeamUse, limit: float, want: Fraction, what: str) -> str | None:
+    """The refusal when `want` more would pass the team's quota, else None."""
+    if use.used + want <= Fraction(limit).limit_denominator(1000):
+        return None
+    return (
+        f"Your team's queue {use.queue} may hold {fmt(limit)} (a 1g.10gb slice counts 1/7); "
+        f"its {use.sessions} session(s) hold {fmt(use.used)} now, and {what} ({fmt(want)}) would pass "
+        "that. Wait until a colleague releases a GPU, or pick a smaller size."
+    )
