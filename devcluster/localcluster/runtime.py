@@ -118,11 +118,22 @@ class PodRun:
 
 
 class IPAllocator:
-    """Unique pod IPs from 127.1.0.1 upwards (all of 127/8 is loopback on Linux)."""
+    """Unique pod IPs in a block of 127/8 (all loopback on Linux): 127.<first>.0.1 upwards,
+    through 4 values of the second octet. Clusters on other port bases get other blocks, so
+    two local clusters on one machine never hand out the same address."""
 
-    def __init__(self) -> None:
-        self._next = int(ipaddress.IPv4Address("127.1.0.1"))
+    BLOCK = 4
+
+    def __init__(self, first: int = 1) -> None:
+        self._start = int(ipaddress.IPv4Address(f"127.{first}.0.1"))
+        self._end = int(ipaddress.IPv4Address(f"127.{first + self.BLOCK - 1}.255.254"))
+        self._next = self._start
         self._used: set[str] = set()
+
+    @classmethod
+    def for_port_base(cls, base: int, default_base: int = 16443) -> IPAllocator:
+        """127.1.x.x for the default port base, a block of its own for any other (up to 127.196)."""
+        return cls(1 + (((base - default_base) // 5) % 49) * cls.BLOCK)
 
     def take(self, ip: str) -> None:
         self._used.add(ip)
@@ -131,8 +142,8 @@ class IPAllocator:
         while True:
             ip = ipaddress.IPv4Address(self._next)
             self._next += 1
-            if self._next > int(ipaddress.IPv4Address("127.199.255.254")):
-                self._next = int(ipaddress.IPv4Address("127.1.0.1"))
+            if self._next > self._end:
+                self._next = self._start
             last = int(ip) & 0xFF
             if last in (0, 255) or str(ip) in self._used:
                 continue
@@ -154,7 +165,7 @@ class Runtime:
         self.pods: dict[str, PodRun] = {}
         # Pods that cannot start yet (claims not reserved): uid -> (retry time, latest pod).
         self.pending: dict[str, tuple[float, Obj]] = {}
-        self.ips = IPAllocator()
+        self.ips = IPAllocator.for_port_base(_port_of(api))
         self.stopping = threading.Event()
         try:
             agent = importlib.util.find_spec("gpusessions.agent") is not None
@@ -655,6 +666,13 @@ def fake_nvml_gpus(node: NodeSpec) -> list[Obj]:
             }
         )
     return out
+
+
+def _port_of(api: KubeAPI) -> int:
+    """The apiserver's port: the cluster's port base."""
+    from urllib.parse import urlparse
+
+    return urlparse(api.creds.server).port or 16443
 
 
 def _tcp_open(ip: str, port: int) -> bool:

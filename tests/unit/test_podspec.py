@@ -71,3 +71,14 @@ def test_env_expansion_and_escape() -> None:
     c = {"env": [{"name": "A", "value": "x"}, {"name": "B", "value": "$(A)/$$(A)/$(MISSING)"}]}
     env = podspec.container_env(pod, c, "127.1.0.2", "127.200.0.1", lambda *a: None)
     assert env["B"] == "x/$(A)/$(MISSING)"
+
+
+def test_pod_ips_of_two_local_clusters_never_meet() -> None:
+    from localcluster.runtime import IPAllocator
+
+    a, b = IPAllocator.for_port_base(16443), IPAllocator.for_port_base(17443)
+    first_a, first_b = a.allocate(), b.allocate()
+    assert first_a == "127.1.0.1" and first_b.startswith("127.17.")
+    a._next = a._end
+    assert a.allocate() == "127.4.255.254" and a.allocate() == "127.1.0.2", "wraps within its block"
+    assert not {first_a} & {b.allocate() for _ in range(1000)}
