@@ -107,7 +107,7 @@ def stop(hub: Hub, user: str, release: bool = False) -> None:
 
 def summary(xs: list[float]) -> dict[str, float]:
     xs = sorted(xs)
-    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
     return {
         "median": round(statistics.median(xs), 3),
         "p25": round(q[0], 3),
@@ -142,11 +142,8 @@ def main() -> int:
             stop(gpu, "g")  # GPU and kernel host kept
             runs["warm"].append(spawn(gpu, "g", {"profile": "mig-1g-10gb"}))
             stop(gpu, "g", release=True)
-            print(
-                f"round {i + 1}: plain {runs['plain'][-1]['total']:.2f} s, cold {runs['cold'][-1]['total']:.2f} s,"
-                f" warm {runs['warm'][-1]['total']:.2f} s",
-                file=sys.stderr,
-            )
+            last = {k: f"{v[-1]['total']:.2f} s" for k, v in runs.items()}
+            print(f"round {i + 1}: {last}", file=sys.stderr)
     finally:
         plain.stop()
         gpu.stop()
@@ -180,9 +177,8 @@ def main() -> int:
             unit = "" if key == "api_calls" else " s"
             cells.append("-" if s is None else f"{s['median']:.2f}{unit} ({s['p25']:.2f}-{s['p75']:.2f})")
         print(f"| {label} | " + " | ".join(cells) + " |")
-    print(
-        f"\nratios of medians: cold/plain {result['ratio_cold_over_plain']}, warm/plain {result['ratio_warm_over_plain']}"
-    )
+    cold, warm = result["ratio_cold_over_plain"], result["ratio_warm_over_plain"]
+    print(f"\nratios of medians: cold/plain {cold}, warm/plain {warm}")
     print(json.dumps(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
