@@ -55,7 +55,7 @@ log = logging.getLogger("runtime")
 
 RESTART_BACKOFF_START = 1.0
 RESTART_BACKOFF_MAX = 30.0
-PROBE_PERIOD = 1.0  # seconds between tcpSocket readiness probes
+PROBE_PERIOD = 0.5  # seconds between tcpSocket readiness probes
 RESYNC_SECONDS = 30.0
 _PR_SET_PDEATHSIG = 1
 

@@ -219,8 +219,10 @@ class GPUSession:
                 said = True
             if time.monotonic() >= deadline:
                 raise Refused(P.gateway_timeout(timeout, holder), reason="kernels-timeout")
+            # The kernel host takes seconds, not minutes: read often (the wait used to back
+            # off to 2 s and added about 1.5 s to a cold start).
             await asyncio.sleep(interval)
-            interval = min(interval * 1.5, 2.0)
+            interval = min(interval * 1.2, 0.5)
 
     async def heal_holder(self) -> str | None:
         """While the notebook runs: if the holder pod is gone (deleted, evicted, failed), make a
@@ -337,7 +339,7 @@ class GPUSession:
         last_msg = ""
         # Back off while waiting (up to 5 s between reads), so a long wait costs tens of
         # API reads, not one pair every half second.
-        interval = self.poll
+        interval = min(self.poll, 0.25)
         holder: Obj | None = None
         claim: Obj | None = None
         while True:
