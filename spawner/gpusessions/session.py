@@ -196,7 +196,7 @@ class GPUSession:
         assert self.kernels is not None
         deadline = time.monotonic() + timeout
         said = False
-        interval = self.poll
+        interval = min(self.poll, 0.25)
         while True:
             holder = await self.api.get_pod(self.n.namespace, self.n.holder)
             if holder is None:
@@ -339,7 +339,7 @@ class GPUSession:
         last_msg = ""
         # Back off while waiting (up to 5 s between reads), so a long wait costs tens of
         # API reads, not one pair every half second.
-        interval = min(self.poll, 0.25)
+        interval = self.poll
         holder: Obj | None = None
         claim: Obj | None = None
         while True:
