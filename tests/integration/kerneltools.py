@@ -67,8 +67,12 @@ async def _execute(ws_url: str, token: str, code: str, timeout: float) -> dict[s
 
 def execute(base_url: str, user: str, kernel_id: str, token: str, code: str, timeout: float = 60) -> str:
     """Run `code` in the kernel; return its stdout (raise on an error in the code)."""
+    import concurrent.futures
+
     ws = base_url.replace("http://", "ws://", 1) + f"/user/{user}/api/kernels/{kernel_id}/channels"
-    out = asyncio.run(_execute(ws, token, code, timeout))
+    # In a thread of its own: callers may run inside an event loop (Playwright's sync API).
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        out = pool.submit(lambda: asyncio.run(_execute(ws, token, code, timeout))).result()
     if out["error"] or out["status"] != "ok":
         raise AssertionError(f"kernel error: {out}")
     return str(out["stdout"])
