@@ -7,12 +7,19 @@ import asyncio
 import json
 import logging
 import os
+import signal
 from urllib.parse import urlparse
 
 from .hub import HubAPI
 from .kube import ClusterSide
 from .policy import Policy, Rules
 from .service import Culler, make_app, run_forever
+
+
+def _exit_now(sig: int) -> None:
+    logging.getLogger("gpusessions.culler").info("stopping (%s)", signal.Signals(sig).name)
+    logging.shutdown()
+    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     bind = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
 
     async def run() -> None:
+        # Stop at once when the hub stops us (SIGINT, then SIGTERM): a culler that lingers while
+        # its cancelled watches unwind can still act on a hub that is going away. Nothing here
+        # needs flushing: every decision is already in the claims' annotations.
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, _exit_now, sig)
         cluster = ClusterSide()
         await cluster.ready()
         culler = Culler(cluster, HubAPI(api_url, token), policy, os.environ.get("GPUSESSIONS_AGENT_TOKEN"))
