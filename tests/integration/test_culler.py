@@ -90,6 +90,10 @@ def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphan
         # An orphan: a claim of ours for a user the hub does not know.
         orphan = build_claim("gpu-ghost", namespace, GPURequest("mig.nvidia.com"), "ghost", "")
         api.create(orphan)
+        # A session of another hub, in another namespace: not this culler's to touch.
+        other_ns = namespace[:50] + "-other"
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other_ns}})
+        api.create(build_claim("gpu-stranger", other_ns, GPURequest("mig.nvidia.com"), "stranger", ""))
 
         waits.wait_for(
             lambda: _claim_gone(api, namespace, "gpu-carol"),
@@ -119,6 +123,9 @@ def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphan
         assert "notebook and GPU idle" in log
         assert log.index(f"warn {namespace}/gpu-alice") < log.index(f"release {namespace}/gpu-alice")
         assert f"orphan {namespace}/gpu-ghost (ghost/): orphan: the hub has no such user" in log
+        assert api.get_or_none("ResourceClaim", "gpu-stranger", other_ns) is not None
+        assert "gpu-stranger" not in log
+        api.delete("Namespace", other_ns)
         view = sessions(hub)
         assert view["gpu-bob"]["decision"] == "none" and view["gpu-bob"]["gpu"][0]["busy"]
         assert view["gpu-bob"]["gpu_idle_seconds"] == 0

@@ -34,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--orphan-grace", type=float, default=300, help="release orphan claims this old")
     ap.add_argument("--per-profile", default="{}", help='JSON: {"<profile slug>": {"idle_limit": 600}}')
     ap.add_argument("--dry-run", action="store_true", help="decide and log, change nothing")
+    ap.add_argument(
+        "--namespace",
+        default="",
+        help="the namespace of this hub's sessions; '*' for all namespaces (one hub per cluster only)",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -56,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, _exit_now, sig)
-        cluster = ClusterSide()
+        cluster = ClusterSide(namespace=None if args.namespace in ("", "*") else args.namespace)
         await cluster.ready()
         culler = Culler(cluster, HubAPI(api_url, token), policy, os.environ.get("GPUSESSIONS_AGENT_TOKEN"))
         make_app(culler, prefix).listen(bind.port or 80, address=bind.hostname or "127.0.0.1")

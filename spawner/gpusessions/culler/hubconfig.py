@@ -23,8 +23,19 @@ def configure_culler(
     port: int = 10101,
     environment: dict[str, str] | None = None,
     agent_token: str | None = None,
+    namespace: str | None = None,
 ) -> None:
-    """`agent_token`: what the holders' agents require (GPUSessionSpawner.agent_token_secret)."""
+    """`agent_token`: what the holders' agents require (GPUSessionSpawner.agent_token_secret).
+
+    `namespace`: where this hub's sessions live; by default the spawner's `namespace` from
+    this config, else the hub pod's own namespace. `"*"` watches all namespaces (needed with
+    KubeSpawner's per-user namespaces; then run one hub per cluster: another hub's sessions
+    would look like orphans)."""
+    args = list(args or [])
+    if "--namespace" not in args:
+        ns = namespace or _spawner_namespace(c)
+        if ns:
+            args += ["--namespace", ns]
     env = {"KUBECONFIG": os.environ["KUBECONFIG"]} if "KUBECONFIG" in os.environ else {}
     env.update(environment or {})
     if agent_token:
@@ -34,7 +45,7 @@ def configure_culler(
         {
             "name": "gpusessions",
             "url": f"http://127.0.0.1:{port}",
-            "command": [sys.executable, "-m", "gpusessions.culler", *(args or [])],
+            "command": [sys.executable, "-m", "gpusessions.culler", *args],
             "environment": env,
             "oauth_client_allowed_scopes": [ADMIN_SCOPE],
             "oauth_no_confirm": True,
@@ -58,3 +69,22 @@ def configure_culler(
         }
     )
     c.JupyterHub.load_roles = roles
+
+
+SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _spawner_namespace(c: Any) -> str | None:
+    """The namespace the spawner uses, as KubeSpawner decides it (config, then the pod's own)."""
+    for section in ("GPUSessionSpawner", "KubeSpawner"):
+        cfg = c.get(section) if hasattr(c, "get") else None
+        ns = cfg.get("namespace") if cfg is not None and hasattr(cfg, "get") else None
+        if isinstance(ns, str) and ns:
+            return ns
+        if cfg is not None and cfg.get("enable_user_namespaces"):
+            return "*"
+    try:
+        with open(SA_NAMESPACE) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None

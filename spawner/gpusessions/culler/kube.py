@@ -18,21 +18,29 @@ HOLDERS = f"{L.MANAGED_BY}={L.MANAGER},{L.COMPONENT}=holder"
 
 
 class ClusterSide:
-    def __init__(self, timeout: float = 10.0):
+    """Watches our claims and holders in the hub's namespace (or in all, with `namespace=None`).
+
+    Scoped to one namespace by default: sessions of another hub on the same cluster are not
+    this culler's, and would otherwise look like orphans (no such user in this hub)."""
+
+    def __init__(self, timeout: float = 10.0, namespace: str | None = None):
         load_config()
         self.core = shared_client("CoreV1Api")
         self.resource = shared_client("ResourceV1Api")
         self.timeout = timeout
+        self.namespace = namespace
         self.calls = 0
         self.version = 0
-        self.claims = Cache(
-            "resourceclaims",
-            partial(self.resource.list_resource_claim_for_all_namespaces, label_selector=CLAIMS),
-            self._changed,
-        )
-        self.holders = Cache(
-            "pods", partial(self.core.list_pod_for_all_namespaces, label_selector=HOLDERS), self._changed
-        )
+        if namespace:
+            list_claims = partial(
+                self.resource.list_namespaced_resource_claim, namespace, label_selector=CLAIMS
+            )
+            list_holders = partial(self.core.list_namespaced_pod, namespace, label_selector=HOLDERS)
+        else:
+            list_claims = partial(self.resource.list_resource_claim_for_all_namespaces, label_selector=CLAIMS)
+            list_holders = partial(self.core.list_pod_for_all_namespaces, label_selector=HOLDERS)
+        self.claims = Cache("resourceclaims", list_claims, self._changed)
+        self.holders = Cache("pods", list_holders, self._changed)
         # Nodes: a session whose GPU's node is gone is cleaned up (needs list/watch on nodes;
         # without it the culler only logs the watch's error and skips that check).
         self.nodes = Cache("nodes", self.core.list_node, self._changed)
