@@ -227,6 +227,13 @@ def build_holder_pod(
     }
 
 
+def holder_lost(pod: Obj | None) -> bool:
+    """The holder pod is gone, going, or ended: it no longer keeps the claim."""
+    if pod is None or pod["metadata"].get("deletionTimestamp"):
+        return True
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 def allocation(claim: Obj) -> Obj | None:
     return ((claim.get("status") or {}).get("allocation")) or None
 

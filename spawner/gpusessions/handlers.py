@@ -29,15 +29,20 @@ from . import labels as L
 TEMPLATES = str(Path(__file__).parent / "templates")
 
 
+def _user_and_spawner(handler: APIHandler, user_name: str, server_name: str) -> tuple[Any, Any]:
+    """The user and the spawner of one of their servers, or a 404 that says which is missing."""
+    user = handler.find_user(user_name)
+    if user is None:
+        raise web.HTTPError(404, f"No such user: {user_name}")
+    if server_name and server_name not in user.orm_spawners:
+        raise web.HTTPError(404, f"{user_name} has no server named {server_name}")
+    return user, user.spawners[server_name]
+
+
 class ReleaseGPUHandler(APIHandler):
     @needs_scope("servers")
     async def post(self, user_name: str, server_name: str = "") -> None:
-        user = self.find_user(user_name)
-        if user is None:
-            raise web.HTTPError(404, f"No such user: {user_name}")
-        if server_name and server_name not in user.orm_spawners:
-            raise web.HTTPError(404, f"{user_name} has no server named {server_name}")
-        spawner = user.spawners[server_name]
+        user, spawner = _user_and_spawner(self, user_name, server_name)
         if spawner.pending:
             raise web.HTTPError(409, f"The server is busy ({spawner.pending}); try again in a moment.")
         release = getattr(spawner, "release_gpu", None)
@@ -136,12 +141,7 @@ class KeepHandler(APIHandler):
 
         server = self.get_argument("server", "")
         _authorize(self, "servers", user_name, server)
-        user = self.find_user(user_name)
-        if user is None:
-            raise web.HTTPError(404, f"No such user: {user_name}")
-        if server and server not in user.orm_spawners:
-            raise web.HTTPError(404, f"{user_name} has no server named {server}")
-        spawner = user.spawners[server]
+        _, spawner = _user_and_spawner(self, user_name, server)
         state = spawner.get_state().get("gpusessions") or {}
         if not state.get("claim"):
             raise web.HTTPError(404, "This server holds no GPU.")

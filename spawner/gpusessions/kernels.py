@@ -60,14 +60,19 @@ def build_secret(name: str, namespace: str, token: str, username: str, servernam
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": L.owner_labels("kernels", username, servername),
-            "annotations": L.owner_annotations(username, servername),
-            "ownerReferences": [owner_reference(claim)],
-        },
+        "metadata": _child_metadata(name, namespace, claim, username, servername),
         "stringData": {TOKEN_KEY: token},
+    }
+
+
+def _child_metadata(name: str, namespace: str, claim: Obj, username: str, servername: str) -> Obj:
+    """Metadata of an object of the session that the claim owns (collected with it)."""
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": L.owner_labels("kernels", username, servername),
+        "annotations": L.owner_annotations(username, servername),
+        "ownerReferences": [owner_reference(claim)],
     }
 
 
@@ -168,13 +173,7 @@ def build_network_policy(
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": L.owner_labels("kernels", username, servername),
-            "annotations": L.owner_annotations(username, servername),
-            "ownerReferences": [owner_reference(claim)],
-        },
+        "metadata": _child_metadata(name, namespace, claim, username, servername),
         "spec": {
             "podSelector": {"matchLabels": {**session, L.COMPONENT: "holder"}},
             "policyTypes": ["Ingress"],

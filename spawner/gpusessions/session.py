@@ -129,66 +129,73 @@ class GPUSession:
     async def _ensure_secret(self, claim: Obj) -> None:
         """The gateway's token: kept with the claim (a notebook restart must not change it)."""
         assert self.kernels is not None
-        name = self.kernels.secret
-        for _ in range(3):
-            md = await self.api.get_secret_metadata(self.n.namespace, name)
-            if md is not None:
-                if not self._owned({"metadata": md}):
-                    raise Refused(
-                        f"A Secret named {name} already exists in {self.n.namespace} and does not "
-                        "belong to this server; nothing was changed. Ask your admin.",
-                        reason="kernels-secret-conflict",
-                    )
-                if K.owned_by_claim(md, claim):
-                    return
-                # Left from an earlier claim (the collector will take it): replace it.
-                await self.api.delete_secret(self.n.namespace, name)
-                continue
-            body = K.build_secret(
-                name, self.n.namespace, K.new_token(), self.n.username, self.n.servername, claim
-            )
-            try:
-                await self.api.create_secret(body)
-                return
-            except Conflict:
-                continue
-        raise Refused(
-            f"Could not create the Secret {name}: it keeps changing.", reason="kernels-secret-conflict"
+        n, name = self.n, self.kernels.secret
+        await self._ensure_claim_child(
+            "Secret",
+            name,
+            claim,
+            self.api.get_secret_metadata,
+            lambda: self.api.create_secret(
+                K.build_secret(name, n.namespace, K.new_token(), n.username, n.servername, claim)
+            ),
+            self.api.delete_secret,
         )
 
     async def _ensure_network_policy(self, claim: Obj) -> None:
         """Only this session's notebook pod may reach the gateway (owned by the claim)."""
         assert self.kernels is not None
-        name = K.network_policy_name(self.n.holder)
+        k, n = self.kernels, self.n
+        name = K.network_policy_name(n.holder)
+
+        async def metadata(namespace: str, name: str) -> Obj | None:
+            obj = await self.api.get_network_policy(namespace, name)
+            return None if obj is None else obj["metadata"]
+
+        await self._ensure_claim_child(
+            "NetworkPolicy",
+            name,
+            claim,
+            metadata,
+            lambda: self.api.create_network_policy(
+                K.build_network_policy(
+                    name, n.namespace, claim, k.port, k.agent_port, n.username, n.servername
+                )
+            ),
+            self.api.delete_network_policy,
+        )
+
+    async def _ensure_claim_child(
+        self,
+        kind: str,
+        name: str,
+        claim: Obj,
+        get_metadata: Callable[[str, str], Awaitable[Obj | None]],
+        create: Callable[[], Awaitable[Any]],
+        delete: Callable[[str, str], Awaitable[bool]],
+    ) -> None:
+        """An object of this session that the claim owns: adopted if ours and of this claim,
+        replaced if left from an earlier claim (the collector will take that one), refused if
+        someone else's."""
         for _ in range(3):
-            existing = await self.api.get_network_policy(self.n.namespace, name)
-            if existing is not None:
-                if not self._owned(existing):
+            md = await get_metadata(self.n.namespace, name)
+            if md is not None:
+                if not self._owned({"metadata": md}):
                     raise Refused(
-                        f"A NetworkPolicy named {name} already exists in {self.n.namespace} and does "
-                        "not belong to this server; nothing was changed. Ask your admin.",
-                        reason="kernels-policy-conflict",
+                        f"A {kind} named {name} already exists in {self.n.namespace} and does not "
+                        "belong to this server; nothing was changed. Ask your admin.",
+                        reason="kernels-object-conflict",
                     )
-                if K.owned_by_claim(existing["metadata"], claim):
+                if K.owned_by_claim(md, claim):
                     return
-                await self.api.delete_network_policy(self.n.namespace, name)
+                await delete(self.n.namespace, name)
                 continue
-            body = K.build_network_policy(
-                name,
-                self.n.namespace,
-                claim,
-                self.kernels.port,
-                self.kernels.agent_port,
-                self.n.username,
-                self.n.servername,
-            )
             try:
-                await self.api.create_network_policy(body)
+                await create()
                 return
             except Conflict:
                 continue
         raise Refused(
-            f"Could not create the NetworkPolicy {name}: it keeps changing.", reason="kernels-policy-conflict"
+            f"Could not create the {kind} {name}: it keeps changing.", reason="kernels-object-conflict"
         )
 
     async def _wait_gateway(self, timeout: float) -> str | None:
@@ -225,16 +232,11 @@ class GPUSession:
             interval = min(interval * 1.2, 0.5)
 
     async def heal_holder(self) -> str | None:
-        """While the notebook runs: if the holder pod is gone (deleted, evicted, failed), make a
-        new one for the same claim. Returns what happened, or None if the holder is fine."""
-        pod = await self.api.get_pod(self.n.namespace, self.n.holder)
-        if pod is not None and not pod["metadata"].get("deletionTimestamp"):
-            phase = (pod.get("status") or {}).get("phase")
-            if phase not in ("Succeeded", "Failed"):
-                return None
+        """The holder pod was lost while the notebook runs: make a new one for the same claim
+        (the notebook still reserves it, so it is the same GPU). None if the claim is gone."""
         claim = await self.api.get_claim(self.n.namespace, self.n.claim)
         if claim is None:
-            return "claim-gone"
+            return None
         if self.kernels is not None:
             await self._ensure_secret(claim)
         await self._ensure_holder()
@@ -304,13 +306,8 @@ class GPUSession:
                         "belong to this server; nothing was changed. Ask your admin.",
                         reason="holder-conflict",
                     )
-                phase = (pod.get("status") or {}).get("phase")
                 ann = (pod["metadata"].get("annotations") or {}).get(L.CLAIM_ANNOTATION)
-                if (
-                    pod["metadata"].get("deletionTimestamp")
-                    or phase in ("Succeeded", "Failed")
-                    or (ann != self.n.claim)
-                ):
+                if C.holder_lost(pod) or ann != self.n.claim:
                     await self.api.delete_pod(self.n.namespace, self.n.holder, grace_seconds=0)
                     await self._wait_pod_gone(60)
                     continue

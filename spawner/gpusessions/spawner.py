@@ -650,11 +650,22 @@ class GPUSessionSpawner(KubeSpawner):
 
     async def _check_holder(self) -> int | None:
         from . import notices
+        from .watch import holder_watch
 
+        n = self._names()
+        # The shared watch answers the common case (the holder is fine) without an API call;
+        # only a holder the watch does not show as healthy is read, to be sure.
+        holders = holder_watch(n.namespace)
+        seen = holders.objects.get(f"{n.namespace}/{n.holder}")
+        if holders.ready.is_set() and not holders.error and not C.holder_lost(seen):
+            return None
+        api = SessionAPI(timeout=self.k8s_api_request_timeout)
+        if not C.holder_lost(await api.get_pod(n.namespace, n.holder)):
+            return None
         kernels = self._gpu_state.get("kernels") == "1"
         session = GPUSession(
-            SessionAPI(timeout=self.k8s_api_request_timeout),
-            self._names(),
+            api,
+            n,
             C.GPURequest(),
             self._holder_settings(),
             emit=self._emit,
@@ -662,14 +673,6 @@ class GPUSessionSpawner(KubeSpawner):
             extra_labels=self._queue_labels(),
             kernels=self._kernel_settings() if kernels else None,
         )
-        pod = await session.api.get_pod(session.n.namespace, session.n.holder)
-        lost = (
-            pod is None
-            or bool(pod["metadata"].get("deletionTimestamp"))
-            or ((pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
-        )
-        if not lost:
-            return None
         user, server = self.user.name, self.name or ""
         if self.on_holder_loss == "release":
             self.log.warning(

@@ -1,6 +1,7 @@
 """Shared list+watch caches of ResourceSlices, ResourceClaims (all namespaces)
 and DeviceClasses, one set per hub process, and the availability figures
-computed from them.
+computed from them; and a watch of the holder pods per namespace (`holder_watch`)
+for the spawner's poll.
 
 Figures are recomputed only when a watched object changed (and at most once
 per `min_interval`), never per page view: a view reads the cached result.
@@ -165,3 +166,21 @@ def cluster_view() -> ClusterView:
     if view is None:
         view = _views[id(loop)] = ClusterView()
     return view
+
+
+_holder_watches: dict[tuple[int, str], tuple[Cache, asyncio.Future[None]]] = {}
+HOLDERS = "app.kubernetes.io/managed-by=gpusessions,app.kubernetes.io/component=holder"
+
+
+def holder_watch(namespace: str) -> Cache:
+    """The hub's shared watch of the holder pods in one namespace (started on first use), so
+    checking every running server's holder at each poll costs no API call."""
+    loop = asyncio.get_running_loop()
+    key = (id(loop), namespace)
+    if key not in _holder_watches:
+        load_config()
+        core = shared_client("CoreV1Api")
+        lister = partial(core.list_namespaced_pod, namespace, label_selector=HOLDERS)
+        cache = Cache("pods", lister, lambda: None)
+        _holder_watches[key] = (cache, asyncio.ensure_future(cache.run()))
+    return _holder_watches[key][0]

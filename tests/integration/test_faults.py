@@ -5,7 +5,6 @@ Each test leaves the cluster whole again (localcluster.faults starts what it sto
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,6 @@ from .test_culler import culler_hub
 
 pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
-
-
-@pytest.fixture
-def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    h = gpu_hub(namespace, tmp_path / "hub")
-    yield h
-    h.stop()
 
 
 def counts(api: KubeAPI, namespace: str) -> tuple[int, int, int]:

@@ -8,7 +8,6 @@ import signal
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +17,12 @@ from localcluster import waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import container_pid, gpu_hub, process_env, spawn, stop
+from .hubtools import container_pid, process_env, spawn, stop
 from .kerneltools import execute, watch_status
 from .test_culler import culler_hub, sessions
 
 pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
-
-
-@pytest.fixture
-def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    h = gpu_hub(namespace, tmp_path / "hub")
-    yield h
-    h.stop()
 
 
 def nb(hub: Hub, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,13 +27,6 @@ from .hubtools import (
 
 pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
-
-
-@pytest.fixture
-def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    h = gpu_hub(namespace, tmp_path / "hub")
-    yield h
-    h.stop()
 
 
 def _claim(api: KubeAPI, ns: str, name: str) -> dict:
