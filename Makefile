@@ -9,7 +9,7 @@ CACHE := .cache
 SHAPE ?= demo
 export PYTHONPATH := $(CURDIR)/devcluster
 
-.PHONY: help venv node-deps browser-deps devcluster-build cluster cluster-down cluster-status lint unit test fuzz demo demo-down clean
+.PHONY: help venv node-deps browser-deps devcluster-build helm-build cluster cluster-down cluster-status lint unit test fuzz demo demo-down clean
 
 help:
 	@echo "make demo          start the local simulated GPU cluster and JupyterHub, print the URL"
@@ -59,6 +59,18 @@ cluster-down: venv
 cluster-status: venv
 	@$(BIN)/python -m localcluster status
 
+# --- helm, built from its Go module (for the chart's tests) ----------------------
+HELM_VERSION := v4.3.1
+HELM := $(CACHE)/tools/bin/helm
+$(CACHE)/tools/.helm-$(HELM_VERSION):
+	@command -v go >/dev/null || { echo "gpusessions: the Go toolchain is missing (need go >= 1.25 on PATH) to build helm" >&2; exit 1; }
+	@echo "gpusessions: building helm $(HELM_VERSION) from its Go module into $(CACHE)/tools/bin (first time: about 2 minutes) ..."
+	@mkdir -p $(CACHE)/tools/bin
+	@GOBIN=$(CURDIR)/$(CACHE)/tools/bin go install -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+	@touch $@
+
+helm-build: $(CACHE)/tools/.helm-$(HELM_VERSION)
+
 # --- checks ----------------------------------------------------------------------
 lint: venv
 	@echo "gpusessions: ruff and mypy ..."
@@ -66,10 +78,10 @@ lint: venv
 	@$(BIN)/ruff format --check .
 	@$(BIN)/mypy
 
-unit: venv
+unit: venv helm-build
 	@$(BIN)/python -m pytest tests/unit -q
 
-test: venv node-deps browser-deps devcluster-build lint
+test: venv node-deps browser-deps devcluster-build helm-build lint
 	@echo "gpusessions: running the tests (they start the local cluster, or reuse a running one) ..."
 	@set +e; $(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "gpusessions: no tests were collected: that is a failure" >&2; exit 1; fi; \

@@ -7,9 +7,7 @@ user logs in with one shared password printed by `make demo` (also in
 
 import os
 
-from gpusessions.culler.hubconfig import configure_culler
-from gpusessions.handlers import configure_hub
-from gpusessions.profiles import default_profiles
+from gpusessions import hubsetup
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821
 
@@ -29,11 +27,49 @@ c.KubeSpawner.default_url = "/lab"
 c.KubeSpawner.start_timeout = 120
 c.KubeSpawner.http_timeout = 60
 c.GPUSessionSpawner.gpu_allocation_timeout = 120
-c.KubeSpawner.profile_list = default_profiles()
-configure_hub(c)
-# The idle-GPU culler and its admin page at /services/gpusessions/ (admins only).
-configure_culler(
-    c,
-    admins=["admin"],
-    args=["--interval", "15", "--idle-limit", "3600", "--stopped-keep", "1800", "--warn-before", "600"],
-)
+
+# The same settings document the Helm chart renders (helm/gpusessions), here with the
+# NVIDIA driver's own DeviceClasses plus a structured match per size, and the culler
+# run by the hub (the chart runs it as a Deployment). hub_config/chart_config.py is the
+# chart's side of this.
+SETTINGS = {
+    "sizes": [
+        {
+            "name": "mig-1g-10gb",
+            "displayName": "MIG 1g.10gb",
+            "description": "A 1/7 slice of an H100 or A100: 10 GB of GPU memory.",
+            "deviceClass": "mig.nvidia.com",
+            "match": {"attributes": {"profile": "1g.10gb"}},
+        },
+        {
+            "name": "mig-3g-40gb",
+            "displayName": "MIG 3g.40gb",
+            "description": "A 3/7 slice: 40 GB of GPU memory.",
+            "deviceClass": "mig.nvidia.com",
+            "match": {"attributes": {"profile": "3g.40gb"}},
+        },
+        {
+            "name": "gpu",
+            "displayName": "Whole GPU",
+            "description": "A whole H100 or A100 80GB.",
+            "deviceClass": "gpu.nvidia.com",
+        },
+    ],
+    "cpuProfile": {"enabled": True, "displayName": "CPU only", "description": "A notebook without a GPU."},
+    # The idle-GPU culler and its admin page at /services/gpusessions/ (admins only).
+    "culler": {
+        "enabled": True,
+        "admins": ["admin"],
+        "args": [
+            "--interval",
+            "15",
+            "--idle-limit",
+            "3600",
+            "--stopped-keep",
+            "1800",
+            "--warn-before",
+            "600",
+        ],
+    },
+}
+hubsetup.apply(c, SETTINGS)

@@ -79,8 +79,25 @@ def apiserver_cmd(paths: ClusterPaths, pki: PKI, ports: Ports) -> list[str]:
         "--max-requests-inflight=1000",
         "--max-mutating-requests-inflight=500",
         "--event-ttl=30m",
+        # Requests of service accounts only (the control plane uses the admin certificate):
+        # tests read it to compare what a role grants with what its holder really uses.
+        f"--audit-policy-file={paths.root / 'audit-policy.yaml'}",
+        f"--audit-log-path={paths.audit_log}",
+        "--audit-log-format=json",
+        "--audit-log-maxsize=200",
+        "--audit-log-maxbackup=1",
         "--v=1",
     ]
+
+
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+"""
 
 
 def _component_common(paths: ClusterPaths, port: int, name: str) -> list[str]:
@@ -113,7 +130,18 @@ def controller_manager_cmd(paths: ClusterPaths, pki: PKI, ports: Ports) -> list[
     ]
 
 
+def token_kubeconfig_yaml(server: str, pki: PKI, user: str, token: str) -> str:
+    """A kubeconfig that authenticates with a bearer token (a service account's)."""
+    return _kubeconfig(server, pki, user, f"token: {token}")
+
+
 def kubeconfig_yaml(server: str, pki: PKI, user: str = "devcluster-admin") -> str:
+    return _kubeconfig(
+        server, pki, user, f"client-certificate: {pki.admin_crt}\n    client-key: {pki.admin_key}"
+    )
+
+
+def _kubeconfig(server: str, pki: PKI, user: str, credentials: str) -> str:
     return f"""apiVersion: v1
 kind: Config
 clusters:
@@ -124,8 +152,7 @@ clusters:
 users:
 - name: {user}
   user:
-    client-certificate: {pki.admin_crt}
-    client-key: {pki.admin_key}
+    {credentials}
 contexts:
 - name: devcluster
   context:

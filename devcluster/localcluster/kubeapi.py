@@ -41,6 +41,11 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings", True),
     "ClusterRole": ("rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "Service": ("v1", "services", True),
+    "Deployment": ("apps/v1", "deployments", True),
+    "CustomResourceDefinition": ("apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "Queue": ("scheduling.run.ai/v2", "queues", False),
+    "SubjectAccessReview": ("authorization.k8s.io/v1", "subjectaccessreviews", False),
 }
 
 

@@ -64,5 +64,10 @@ class ClusterPaths:
     def lock(self) -> Path:
         return self.root / "lock"
 
+    @property
+    def audit_log(self) -> Path:
+        """The apiserver's audit log (requests of service accounts only)."""
+        return self.logs / "audit.log"
+
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"

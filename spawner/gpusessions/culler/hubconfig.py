@@ -24,15 +24,22 @@ def configure_culler(
     environment: dict[str, str] | None = None,
     agent_token: str | None = None,
     namespace: str | None = None,
+    url: str | None = None,
+    name: str = "gpusessions",
 ) -> None:
     """`agent_token`: what the holders' agents require (GPUSessionSpawner.agent_token_secret).
+
+    `url`: the culler runs elsewhere (the Helm chart's Deployment) at this URL; the hub only
+    routes to it and grants its roles. Its token is the one z2jh generates for a
+    `hub.services.<name>` entry: that entry, already in `c.JupyterHub.services`, is completed
+    here rather than duplicated. Without `url` the hub runs the culler (`args`).
 
     `namespace`: where this hub's sessions live; by default the spawner's `namespace` from
     this config, else the hub pod's own namespace. `"*"` watches all namespaces (needed with
     KubeSpawner's per-user namespaces; then run one hub per cluster: another hub's sessions
     would look like orphans)."""
     args = list(args or [])
-    if "--namespace" not in args:
+    if url is None and "--namespace" not in args:
         ns = namespace or _spawner_namespace(c)
         if ns:
             args += ["--namespace", ns]
@@ -40,18 +47,25 @@ def configure_culler(
     env.update(environment or {})
     if agent_token:
         env["GPUSESSIONS_AGENT_TOKEN"] = agent_token
-    services = list(c.JupyterHub.get("services", []) or [])
-    services.append(
-        {
-            "name": "gpusessions",
-            "url": f"http://127.0.0.1:{port}",
-            "command": [sys.executable, "-m", "gpusessions.culler", *args],
-            "environment": env,
-            "oauth_client_allowed_scopes": [ADMIN_SCOPE],
-            "oauth_no_confirm": True,
-            "display": True,
-        }
-    )
+    service: dict[str, Any] = {
+        "name": name,
+        "oauth_client_allowed_scopes": [ADMIN_SCOPE],
+        "oauth_no_confirm": True,
+        "display": True,
+    }
+    if url is None:
+        service["url"] = f"http://127.0.0.1:{port}"
+        service["command"] = [sys.executable, "-m", "gpusessions.culler", *args]
+        service["environment"] = env
+    else:
+        service["url"] = url
+    services = [dict(s) for s in (c.JupyterHub.get("services", []) or [])]
+    for existing in services:
+        if existing.get("name") == name:
+            existing.update(service)
+            break
+    else:
+        services.append(service)
     c.JupyterHub.services = services
     scopes = dict(c.JupyterHub.get("custom_scopes", {}) or {})
     scopes[ADMIN_SCOPE] = {
@@ -59,7 +73,7 @@ def configure_culler(
     }
     c.JupyterHub.custom_scopes = scopes
     roles = list(c.JupyterHub.get("load_roles", []) or [])
-    roles.append({"name": "gpusessions-culler", "scopes": CULLER_SCOPES, "services": ["gpusessions"]})
+    roles.append({"name": "gpusessions-culler", "scopes": CULLER_SCOPES, "services": [name]})
     roles.append(
         {
             "name": "gpusessions-admins",

@@ -1,0 +1,135 @@
+"""gpusessions.hubsetup: one settings document -> a JupyterHub config, wrong ones refused."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from traitlets.config import Config
+
+from gpusessions import hubsetup
+from gpusessions.profiles import default_profiles
+
+ROOT = Path(__file__).resolve().parents[2]
+SIZE = {"name": "mig-1g-10gb", "displayName": "MIG 1g.10gb", "deviceClass": "gpusessions-mig-1g-10gb"}
+
+
+def _doc(**over: Any) -> dict[str, Any]:
+    return {"sizes": [dict(SIZE)], **over}
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ([], "top level: must be a mapping"),
+        ({"sizes": [], "sizez": 1}, "unknown key(s) ['sizez']"),
+        ({}, "missing key(s) ['sizes']"),
+        (_doc(sizes=[{**SIZE, "name": "Bad Name"}]), "sizes[0].name: 'Bad Name' is not a valid name"),
+        (_doc(sizes=[SIZE, SIZE]), "sizes[1].name: 'mig-1g-10gb' is used twice"),
+        (_doc(sizes=[{**SIZE, "name": "cpu"}]), "is used twice (or reserved)"),
+        (_doc(sizes=[{**SIZE, "count": "2"}]), "sizes[0].count: must be 1 to 8"),
+        (_doc(sizes=[{**SIZE, "count": 9}]), "sizes[0].count: must be 1 to 8"),
+        (_doc(sizes=[{**SIZE, "match": {"attributes": {"a": [1]}}}]), "sizes[0].match: attribute a must be"),
+        (_doc(sizes=[{**SIZE, "match": {"capacity": {"memory": "lots"}}}]), "not a quantity"),
+        (_doc(sizes=[{**SIZE, "priorityClass": "urgent"}]), "sizes[0].priorityClass"),
+        (_doc(kai={"enabled": True, "queues": {}}), "kai.queues: KAI is enabled but no queue"),
+        (
+            _doc(kai={"enabled": True, "queues": {"a": {"groups": ["g"]}, "b": {"groups": ["g"]}}}),
+            "kai.queues.b.groups: group 'g' is also in a",
+        ),
+        (
+            _doc(kai={"enabled": True, "queues": {"a": {"groups": []}}, "defaultQueue": "z"}),
+            "kai.defaultQueue: 'z' is not one of kai.queues",
+        ),
+        (
+            _doc(kai={"enabled": True, "queues": {"a": {"groups": [], "gpuEquivalents": -1}}}),
+            "gpuEquivalents",
+        ),
+        (_doc(holder={"onHolderLoss": "panic"}), "holder.onHolderLoss"),
+        (_doc(holder={"persistKernels": "yes"}), "holder.persistKernels: must be true or false"),
+        (_doc(culler={"enabled": True}), "culler: give exactly one of url (external) or args"),
+        (_doc(culler={"enabled": True, "url": "http://x", "admins": "admin"}), "culler.admins"),
+    ],
+)
+def test_wrong_settings_are_refused_with_the_key(doc: Any, message: str) -> None:
+    with pytest.raises(hubsetup.SettingsError) as e:
+        hubsetup.check(doc)
+    assert message in str(e.value)
+    c = Config()
+    with pytest.raises(hubsetup.SettingsError):
+        hubsetup.apply(c, doc)
+    assert "spawner_class" not in c.JupyterHub  # nothing was set
+
+
+def test_missing_and_broken_files(tmp_path: Path) -> None:
+    with pytest.raises(hubsetup.SettingsError, match="is missing: is the gpusessions chart installed"):
+        hubsetup.load(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(hubsetup.SettingsError, match="is not valid JSON"):
+        hubsetup.load(tmp_path / "bad.json")
+    (tmp_path / "ok.json").write_text(json.dumps(_doc()))
+    assert hubsetup.load(tmp_path / "ok.json")["sizes"][0]["name"] == "mig-1g-10gb"
+
+
+def test_the_demo_config_offers_the_default_profiles() -> None:
+    """The demo goes through hubsetup and ends with the same profiles as before."""
+    c = Config()
+    env = {"GPUSESSIONS_DEMO_PASSWORD": "x"}
+    import os
+
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        runpy.run_path(str(ROOT / "hub_config" / "demo_config.py"), {"get_config": lambda: c})
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    got = c.KubeSpawner.profile_list
+    want = default_profiles()
+    assert [p["slug"] for p in got] == [p["slug"] for p in want]
+    for g, w in zip(got, want, strict=True):
+        wo = w.get("kubespawner_override", {})
+        go = g.get("kubespawner_override", {})
+        assert go.get("gpu_device_class") == wo.get("gpu_device_class")
+        assert go.get("gpu_size") == wo.get("gpu_size")
+    assert c.JupyterHub.spawner_class == "gpusessions"
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpusessions"]
+    assert svc["command"][1:3] == ["-m", "gpusessions.culler"]
+
+
+def test_chart_config_loads_the_settings_file(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(_doc(culler={"enabled": True, "url": "http://culler:10101"})))
+    c = Config()
+    import os
+
+    os.environ["GPUSESSIONS_SETTINGS"] = str(path)
+    try:
+        runpy.run_path(str(ROOT / "hub_config" / "chart_config.py"), {"get_config": lambda: c})
+    finally:
+        del os.environ["GPUSESSIONS_SETTINGS"]
+    assert [p["slug"] for p in c.KubeSpawner.profile_list] == ["cpu", "mig-1g-10gb"]
+    assert c.KubeSpawner.profile_list[0]["default"] is True
+
+
+def test_jupyterhub_refuses_to_start_on_wrong_settings(tmp_path: Path) -> None:
+    """A wrong settings file stops the hub at config load with the message, not later."""
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"sizes": [{**SIZE, "count": 0}]}))
+    cfg = tmp_path / "jupyterhub_config.py"
+    cfg.write_text(f"load_subconfig({str(ROOT / 'hub_config' / 'chart_config.py')!r})\n")
+    r = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyterhub"), "-f", str(cfg), "--show-config"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**__import__("os").environ, "GPUSESSIONS_SETTINGS": str(path)},
+        timeout=120,
+    )
+    assert r.returncode != 0
+    assert "sizes[0].count: must be 1 to 8, not 0" in r.stdout + r.stderr
