@@ -1,5 +1,8 @@
-"""gpusessions in a Zero to JupyterHub hub (the hub image copies this file to
-/usr/local/etc/jupyterhub/jupyterhub_config.d/, which z2jh loads after its own config).
+"""gpusessions in a Zero to JupyterHub hub. The hub image copies this file to
+/usr/local/etc/jupyterhub/gpusessions_config.py and helm/z2jh-values.yaml runs it from
+`hub.extraConfig`, which z2jh executes with its own config object `c` (not from
+jupyterhub_config.d: a file there is loaded into a fresh config that replaces whole lists
+when merged, so z2jh's `c.JupyterHub.services`, with the culler's token, would be lost).
 
 Everything comes from the gpusessions chart's settings (ConfigMap
 gpusessions-hub-settings, mounted by helm/z2jh-values.yaml at

@@ -727,8 +727,12 @@ class GPUSessionSpawner(KubeSpawner):
         return had
 
     async def delete_forever(self) -> None:
-        await super().delete_forever()
-        await self.release_gpu()
+        # KubeSpawner deletes the user's PVC here (also when none exists); if that fails
+        # (a hub Role without persistentvolumeclaims delete, say) the GPU must still go back.
+        try:
+            await super().delete_forever()
+        finally:
+            await self.release_gpu()
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

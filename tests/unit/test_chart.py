@@ -4,6 +4,7 @@ and agreement with the Python side (CEL of sizes, hub settings, names, labels, p
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +335,10 @@ def test_z2jh_values_fit_the_chart(tmp_path: Path) -> None:
     chart_config = (CHART.parents[1] / "hub_config" / "chart_config.py").read_text()
     assert f"{mount['mountPath']}/settings.json" in chart_config
     assert defaults["culler"]["serviceName"] in z2jh["hub"]["services"]
+    # extraConfig runs the file the hub image installs (in z2jh's own config namespace).
+    dockerfile = (CHART.parents[1] / "images" / "hub" / "Dockerfile").read_text()
+    (installed,) = re.findall(r"^COPY hub_config/chart_config.py (\S+)$", dockerfile, re.M)
+    assert f'exec(open("{installed}").read())' in z2jh["hub"]["extraConfig"]["gpusessions"]
     assert z2jh["scheduling"]["userScheduler"]["enabled"] is False
     (egress,) = z2jh["singleuser"]["networkPolicy"]["egress"]
     assert egress["to"][0]["podSelector"]["matchLabels"] == {MANAGED_BY: MANAGER, COMPONENT: "holder"}

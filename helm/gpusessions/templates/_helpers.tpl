@@ -43,7 +43,7 @@ tests/unit/test_chart.py checks that both give the same text.
 
 {{/* Names of cluster-scoped RBAC objects: unique per release namespace. */}}
 {{- define "gpusessions.clusterName" -}}
-{{- printf "gpusessions-%s-%s" .root.Release.Namespace .name | trunc 63 | trimSuffix "-" -}}
+{{- printf "gpusessions-%s-%s" .root.Release.Namespace .name -}}
 {{- end -}}
 
 {{- define "gpusessions.kernelsOn" -}}

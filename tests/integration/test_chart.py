@@ -1,0 +1,551 @@
+"""The gpusessions chart installed into the local cluster with helm, and least privilege
+proven on the real apiserver (RBAC on): the hub and the culler run as the chart's service
+accounts, and the apiserver's audit log shows that they used every right the chart gives
+them and needed no other; SubjectAccessReviews show what they cannot do."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpusessions.culler.model import WARNED_AT
+from gpusessions.sizes import DeviceMatch
+from helmtools import CHART, helm, values_file
+from localcluster import components, waits
+from localcluster.certs import PKI
+from localcluster.hubproc import Hub, free_port, start_hub
+from localcluster.kubeapi import KubeAPI
+from localcluster.paths import ClusterPaths
+
+from .hubtools import spawn, stop
+
+pytestmark = pytest.mark.cluster
+ROOT = Path(__file__).resolve().parents[2]
+QUEUE_CRD = Path(__file__).parent / "fixtures" / "kai-queue-crd.yaml"
+RES = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+
+# The Role z2jh 4.x gives its hub (jupyterhub/templates/hub/rbac.yaml): the hub runs with it
+# and the gpusessions chart's roles, as on a real install. KubeSpawner's delete_forever
+# deletes the user's PVC (z2jh's part); the gpusessions Role must hold the rest.
+Z2JH_HUB_RULES = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+        "verbs": ["get", "watch", "list", "create", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+]
+
+# Rights used only on recovery paths the lifecycle below does not walk, and why.
+RECOVERY_ONLY = {
+    # Replacing a policy of the same name left by an earlier claim (never in a fresh session).
+    ("hub", "networking.k8s.io", "networkpolicies", "delete"),
+}
+
+
+def _prefix(namespace: str) -> str:
+    """A short per-test prefix for cluster-scoped names (DeviceClasses, Queues)."""
+    return f"t{namespace[-6:]}-"
+
+
+def _admin_kubeconfig() -> Path:
+    return ClusterPaths.default().kubeconfig
+
+
+def _install_queue_crd(api: KubeAPI) -> None:
+    api.apply(yaml.safe_load(QUEUE_CRD.read_text()))
+
+    def established() -> bool:
+        crd = api.get("CustomResourceDefinition", "queues.scheduling.run.ai")
+        conds = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+    waits.wait_for(established, 30, "the Queue CRD to be established")
+    # Discovery of the new group takes a moment after Established.
+    waits.wait_for(lambda: _queues_served(api), 30, "scheduling.run.ai/v2 to be served")
+
+
+def _queues_served(api: KubeAPI) -> bool:
+    try:
+        api.request("GET", "/apis/scheduling.run.ai/v2/queues")
+        return True
+    except Exception:
+        return False
+
+
+def _token(api: KubeAPI, namespace: str, sa: str) -> str:
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600},
+    }
+    r = api.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{sa}/token", body=body)
+    return str(r["status"]["token"])
+
+
+def _sa_kubeconfig(api: KubeAPI, namespace: str, sa: str, path: Path) -> Path:
+    pki = PKI(ClusterPaths.default().pki)
+    path.write_text(components.token_kubeconfig_yaml(api.creds.server, pki, sa, _token(api, namespace, sa)))
+    path.chmod(0o600)
+    return path
+
+
+def _can(
+    api: KubeAPI, user: str, verb: str, resource: str, group: str = "", namespace: str | None = None
+) -> bool:
+    ns = user.split(":")[2] if user.startswith("system:serviceaccount:") else ""
+    attrs: dict[str, Any] = {"verb": verb, "resource": resource, "group": group}
+    if namespace:
+        attrs["namespace"] = namespace
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": user,
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"],
+            "resourceAttributes": attrs,
+        },
+    }
+    return bool(api.create(review)["status"].get("allowed"))
+
+
+@pytest.fixture
+def release(namespace: str) -> Iterator[str]:
+    name = f"gs-{namespace}"[:53]
+    yield name
+    helm(
+        "uninstall", name, "-n", namespace, "--ignore-not-found", kubeconfig=_admin_kubeconfig(), check=False
+    )
+
+
+def test_chart_installs_device_classes_and_queues_upgrades_and_uninstalls_cleanly(
+    api: KubeAPI, namespace: str, release: str, tmp_path: Path
+) -> None:
+    _install_queue_crd(api)
+    prefix = _prefix(namespace)
+    parent, team = f"{prefix}parent", f"{prefix}team-a"
+    values: dict[str, Any] = {
+        "deviceClassPrefix": prefix,
+        "kai": {
+            "enabled": True,
+            "parentQueue": {
+                "create": True,
+                "name": parent,
+                "resources": {"gpu": RES, "cpu": RES, "memory": RES},
+            },
+            "queues": {
+                team: {
+                    "groups": ["physics"],
+                    "gpuEquivalents": 2,
+                    "priority": 100,
+                    "resources": {
+                        "gpu": {"quota": 2, "limit": 4, "overQuotaWeight": 1},
+                        "cpu": {"quota": 64000, "limit": 128000, "overQuotaWeight": 1},
+                        "memory": {"quota": 512000, "limit": 1024000, "overQuotaWeight": 1},
+                    },
+                }
+            },
+        },
+    }
+    kc = _admin_kubeconfig()
+    out = helm(
+        "install",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        "-f",
+        str(values_file(tmp_path, values)),
+        kubeconfig=kc,
+    )
+    assert "STATUS: deployed" in out.stdout, out.stdout
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    for size in defaults["sizes"]:
+        dc = api.get("DeviceClass", prefix + size["name"])
+        m = size["match"]
+        assert (
+            dc["spec"]["selectors"][0]["cel"]["expression"]
+            == DeviceMatch.of(m["attributes"], m["capacity"]).cel()
+        )
+    q = api.get("Queue", team)
+    assert q["spec"]["parentQueue"] == parent
+    assert q["spec"]["resources"]["gpu"] == {"quota": 2, "limit": 4, "overQuotaWeight": 1}
+    assert api.get("Queue", parent)["spec"]["resources"]["memory"]["limit"] == -1
+    token = api.get("Secret", "gpusessions-agent-token", namespace)["data"]["token"]
+
+    # Upgrade: a size goes, one comes; the agent token is kept (holders already use it).
+    values["sizes"] = [
+        defaults["sizes"][0],
+        {
+            "name": "mig-2g-20gb",
+            "displayName": "MIG 2g.20gb",
+            "match": {"attributes": {"type": "mig", "profile": "2g.20gb"}},
+        },
+    ]
+    helm(
+        "upgrade",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        "-f",
+        str(values_file(tmp_path, values)),
+        kubeconfig=kc,
+    )
+    assert api.get_or_none("DeviceClass", prefix + "gpu-80gb") is None
+    assert api.get_or_none("DeviceClass", prefix + "mig-2g-20gb") is not None
+    assert api.get("Secret", "gpusessions-agent-token", namespace)["data"]["token"] == token
+    settings = json.loads(
+        api.get("ConfigMap", "gpusessions-hub-settings", namespace)["data"]["settings.json"]
+    )
+    assert [s["name"] for s in settings["sizes"]] == ["mig-1g-10gb", "mig-2g-20gb"]
+
+    helm("uninstall", release, "-n", namespace, kubeconfig=kc)
+    left = [
+        ("DeviceClass", prefix + "mig-1g-10gb", None),
+        ("Queue", team, None),
+        ("Queue", parent, None),
+        ("ClusterRole", f"gpusessions-{namespace}-hub", None),
+        ("ClusterRoleBinding", f"gpusessions-{namespace}-culler", None),
+        ("Role", "gpusessions-hub", namespace),
+        ("Secret", "gpusessions-agent-token", namespace),
+        ("ConfigMap", "gpusessions-hub-settings", namespace),
+    ]
+    for kind, name, ns in left:
+        assert api.get_or_none(kind, name, ns) is None, f"{kind} {name} is left after helm uninstall"
+
+
+HUB_CONFIG = """
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = "test-password"
+c.Authenticator.allow_all = True
+c.Authenticator.admin_users = {{"admin"}}
+c.JupyterHub.cleanup_servers = False
+c.KubeSpawner.namespace = {namespace!r}
+c.KubeSpawner.image = "quay.io/jupyterhub/singleuser:5"
+c.KubeSpawner.start_timeout = 90
+c.KubeSpawner.http_timeout = 60
+c.GPUSessionSpawner.gpu_allocation_timeout = 60
+# What z2jh makes of `hub.services.gpusessions: {{}}`: a service with the token it keeps
+# in its Secret (helm/z2jh-values.yaml); chart_config.py completes it. z2jh runs
+# hub.extraConfig in its own config's namespace, as here.
+c.JupyterHub.services = list(c.JupyterHub.get("services", [])) + [
+    {{"name": "gpusessions", "api_token": {token!r}}}
+]
+exec(open({chart_config!r}).read())
+"""
+
+
+def _audit(since: float, users: dict[str, str]) -> list[dict[str, Any]]:
+    """Audit events (complete responses) of the given users since a time, tagged by role."""
+    out = []
+    log = ClusterPaths.default().audit_log
+    for line in log.read_text().splitlines():
+        ev = json.loads(line)
+        who = users.get(ev["user"]["username"])
+        if who is None or ev.get("stage") not in ("ResponseComplete", "ResponseStarted"):
+            continue
+        stamp = ev["requestReceivedTimestamp"]
+        if time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone < since - 2:
+            continue
+        ev["who"] = who
+        out.append(ev)
+    return out
+
+
+def _granted(api: KubeAPI, namespace: str) -> dict[tuple[str, str], set[tuple[str, str, str]]]:
+    """(who, scope) -> {(group, resource, verb)} from the installed Roles and ClusterRoles."""
+    out: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
+    for who in ("hub", "culler"):
+        for kind, name, ns, scope in (
+            ("Role", f"gpusessions-{who}", namespace, "ns"),
+            ("ClusterRole", f"gpusessions-{namespace}-{who}", None, "cluster"),
+        ):
+            rules = api.get(kind, name, ns)["rules"]
+            out[(who, scope)] = {
+                (g, r, v)
+                for rule in rules
+                for g in rule["apiGroups"]
+                for r in rule["resources"]
+                for v in rule["verbs"]
+            }
+    return out
+
+
+def _used(events: list[dict[str, Any]]) -> dict[tuple[str, str], set[tuple[str, str, str]]]:
+    out: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
+    for ev in events:
+        ref = ev.get("objectRef") or {}
+        if not ref.get("resource"):
+            continue  # discovery, /version
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        scope = "ns" if ref.get("namespace") else "cluster"
+        out.setdefault((ev["who"], scope), set()).add((ref.get("apiGroup", ""), resource, ev["verb"]))
+    return out
+
+
+def _pod_is_locked_down(pod: dict[str, Any]) -> None:
+    spec = pod["spec"]
+    name = pod["metadata"]["name"]
+    assert spec.get("automountServiceAccountToken") is False, name
+    mounts = [m["mountPath"] for c in spec["containers"] for m in c.get("volumeMounts", [])]
+    assert not [m for m in mounts if "serviceaccount" in m], (name, mounts)
+    for c in spec["containers"]:
+        ctx = {**spec.get("securityContext", {}), **c.get("securityContext", {})}
+        assert ctx.get("runAsNonRoot") is True, (name, c["name"], ctx)
+        assert ctx.get("runAsUser", 1) != 0, (name, c["name"])
+        assert ctx.get("allowPrivilegeEscalation") is False, (name, c["name"])
+
+
+def _availability(hub: Hub, token: str) -> dict[str, Any]:
+    req = urllib.request.Request(
+        hub.hub_api + "/gpusessions/availability", headers={"Authorization": f"token {token}"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())  # type: ignore[no-any-return]
+
+
+def _start_culler(
+    api: KubeAPI, namespace: str, kubeconfig: Path, port: int, log: Path
+) -> subprocess.Popen[bytes]:
+    """The culler as the chart's Deployment runs it: its command, its env (Secrets resolved)."""
+    dep = api.get("Deployment", "gpusessions-culler", namespace)
+    (ctr,) = dep["spec"]["template"]["spec"]["containers"]
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH")}
+    for e in ctr["env"]:
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        else:
+            ref = e["valueFrom"]["secretKeyRef"]
+            data = api.get("Secret", ref["name"], namespace)["data"][ref["key"]]
+            env[e["name"]] = __import__("base64").b64decode(data).decode()
+    assert env["JUPYTERHUB_SERVICE_URL"] == f"http://0.0.0.0:{port}"
+    env["JUPYTERHUB_SERVICE_URL"] = f"http://127.0.0.1:{port}"  # loopback only here
+    env["KUBECONFIG"] = str(kubeconfig)
+    cmd = [sys.executable if ctr["command"][0] == "python3" else ctr["command"][0], *ctr["command"][1:]]
+    with open(log, "ab") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
+    api: KubeAPI, namespace: str, release: str, tmp_path: Path
+) -> None:
+    ports = (free_port(), free_port(), free_port())  # proxy, hub, proxy API
+    cport = free_port()
+    values = {
+        "deviceClassPrefix": _prefix(namespace),
+        "hub": {"apiUrl": f"http://127.0.0.1:{ports[1]}/hub/api"},
+        "culler": {
+            "port": cport,
+            "interval": 1,
+            "stoppedKeep": 4,
+            "idleLimit": 40,
+            "warnBefore": 36,
+            "admins": ["admin"],
+        },
+    }
+    kc = _admin_kubeconfig()
+    helm(
+        "install",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        "-f",
+        str(values_file(tmp_path, values)),
+        kubeconfig=kc,
+    )
+    # What z2jh creates: the hub's ServiceAccount and its Secret with the service token.
+    service_token = os.urandom(16).hex()
+    api.create(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "hub", "namespace": namespace}}
+    )
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "hub", "namespace": namespace},
+            "stringData": {"hub.services.gpusessions.apiToken": service_token},
+        }
+    )
+    api.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "hub", "namespace": namespace},
+            "rules": Z2JH_HUB_RULES,
+        }
+    )
+    api.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "hub", "namespace": namespace},
+            "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub"},
+        }
+    )
+    hub_kc = _sa_kubeconfig(api, namespace, "hub", tmp_path / "hub.kubeconfig")
+    culler_kc = _sa_kubeconfig(api, namespace, "gpusessions-culler", tmp_path / "culler.kubeconfig")
+    settings = json.loads(
+        api.get("ConfigMap", "gpusessions-hub-settings", namespace)["data"]["settings.json"]
+    )
+    assert settings["culler"]["url"] == f"http://gpusessions-culler.{namespace}.svc:{cport}"
+    settings["culler"]["url"] = f"http://127.0.0.1:{cport}"  # no cluster DNS here
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+
+    since = time.time()
+    cfg = HUB_CONFIG.format(
+        namespace=namespace, token=service_token, chart_config=str(ROOT / "hub_config" / "chart_config.py")
+    )
+    hub = start_hub(
+        cfg,
+        tmp_path / "hub",
+        ports=ports,
+        env_extra={"KUBECONFIG": str(hub_kc), "GPUSESSIONS_SETTINGS": str(tmp_path / "settings.json")},
+    )
+    culler = _start_culler(api, namespace, culler_kc, cport, tmp_path / "culler.log")
+    try:
+        size = "mig-1g-10gb"
+        spawn(hub, "alice", {"profile": size})
+        claim = api.get("ResourceClaim", "gpu-alice", namespace)
+        assert (
+            claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"]
+            == f"{_prefix(namespace)}{size}"
+        )
+        assert claim["status"]["allocation"]
+        for pod in (
+            api.get("Pod", "gpu-holder-alice", namespace),
+            api.get("Pod", "jupyter-alice", namespace),
+        ):
+            _pod_is_locked_down(pod)
+        # The picker's live figures need the cluster-wide read-only rights.
+        code, tok = hub.api("POST", "/users/alice/tokens", {"note": "picker"})
+        assert code == 201, tok
+        profiles = {p["slug"]: p for p in _availability(hub, tok["token"])["profiles"]}
+        assert isinstance(profiles[size]["free"], int), profiles[size]
+        # The culler (as its service account) warns idle alice: a patch of her claim.
+        waits.wait_for(
+            lambda: (
+                WARNED_AT
+                in (api.get("ResourceClaim", "gpu-alice", namespace)["metadata"].get("annotations") or {})
+            ),
+            60,
+            "the culler to warn alice",
+            lambda: (tmp_path / "culler.log").read_text()[-3000:],
+        )
+        stop(hub, "alice")
+        assert api.get_or_none("ResourceClaim", "gpu-alice", namespace) is not None  # kept
+        spawn(hub, "alice", {"profile": size})  # warm restart
+        stop(hub, "alice")
+        # The culler releases the stopped session after stoppedKeep.
+        waits.wait_for(
+            lambda: (
+                api.get_or_none("ResourceClaim", "gpu-alice", namespace) is None
+                and api.get_or_none("Pod", "gpu-holder-alice", namespace) is None
+            ),
+            60,
+            "the culler to release alice's stopped GPU",
+            lambda: (tmp_path / "culler.log").read_text()[-3000:],
+        )
+        # The hub releases a deleted user's GPU itself.
+        spawn(hub, "bob", {"profile": size})
+        # Warned in turn, bob answers "Keep my GPU" (the hub annotates his claim).
+        waits.wait_for(
+            lambda: (
+                WARNED_AT
+                in (api.get("ResourceClaim", "gpu-bob", namespace)["metadata"].get("annotations") or {})
+            ),
+            60,
+            "the culler to warn bob",
+        )
+        code, tok = hub.api("POST", "/users/bob/tokens", {"note": "keep"})
+        req = urllib.request.Request(
+            hub.hub_api + "/gpusessions/users/bob/keep",
+            data=b"{}",
+            method="POST",
+            headers={"Authorization": f"token {tok['token']}"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert json.loads(r.read())["claim"] == "gpu-bob"
+        code, body = hub.api("DELETE", "/users/bob")
+        assert code == 204, (code, body)
+        waits.wait_for(
+            lambda: api.get_or_none("ResourceClaim", "gpu-bob", namespace) is None, 60, "bob's claim to go"
+        )
+    finally:
+        culler.terminate()
+        culler.wait(15)
+        hub.stop()
+
+    hub_user = f"system:serviceaccount:{namespace}:hub"
+    culler_user = f"system:serviceaccount:{namespace}:gpusessions-culler"
+    events = _audit(since, {hub_user: "hub", culler_user: "culler"})
+    denied = [
+        (e["who"], e["verb"], e.get("objectRef"), e["responseStatus"]["code"])
+        for e in events
+        if e.get("responseStatus", {}).get("code") == 403
+    ]
+    assert not denied, f"requests the chart's roles do not allow: {denied}"
+    granted, used = _granted(api, namespace), _used(events)
+    for who in ("hub", "culler"):
+        g_ns, g_cl = granted[(who, "ns")], granted[(who, "cluster")]
+        u_ns, u_cl = used.get((who, "ns"), set()), used.get((who, "cluster"), set())
+        spare = {x for x in g_ns if x not in u_ns and (who, *x) not in RECOVERY_ONLY}
+        assert not spare, f"{who}: rights in its Role never used: {sorted(spare)} (used: {sorted(u_ns)})"
+        spare = {
+            x for x in g_cl if x not in u_cl and x not in (u_ns - g_ns) and (who, *x) not in RECOVERY_ONLY
+        }
+        assert not spare, (
+            f"{who}: rights in its ClusterRole never used: {sorted(spare)} (used: {sorted(u_cl)})"
+        )
+        for rec in RECOVERY_ONLY:
+            if rec[0] == who:
+                assert rec[1:] in g_ns | g_cl, f"{rec} is listed as recovery-only but not granted"
+
+    # What they cannot do (SubjectAccessReviews on the same apiserver).
+    other = "kube-system"
+    assert _can(api, hub_user, "create", "resourceclaims", "resource.k8s.io", namespace)
+    for verb, resource, group, ns in [
+        ("get", "resourceclaims", "resource.k8s.io", other),
+        ("delete", "resourceclaims", "resource.k8s.io", other),
+        ("create", "resourceclaims", "resource.k8s.io", other),
+        ("get", "secrets", "", other),
+        ("delete", "pods", "", other),
+        ("get", "nodes", "", None),
+        ("list", "nodes", "", None),
+        ("delete", "nodes", "", None),
+        ("create", "deviceclasses", "resource.k8s.io", None),
+        ("delete", "resourceslices", "resource.k8s.io", None),
+        ("update", "resourceclaims/status", "resource.k8s.io", namespace),
+        ("create", "roles", "rbac.authorization.k8s.io", namespace),
+        ("create", "pods/exec", "", namespace),
+    ]:
+        assert not _can(api, hub_user, verb, resource, group, ns), f"hub may {verb} {resource} in {ns}"
+    assert _can(api, culler_user, "delete", "resourceclaims", "resource.k8s.io", namespace)
+    for verb, resource, group, ns in [
+        ("delete", "resourceclaims", "resource.k8s.io", other),
+        ("create", "resourceclaims", "resource.k8s.io", namespace),
+        ("get", "secrets", "", namespace),
+        ("get", "secrets", "", other),
+        ("create", "pods", "", namespace),
+        ("patch", "nodes", "", None),
+        ("delete", "nodes", "", None),
+        ("list", "resourceclaims", "resource.k8s.io", other),
+    ]:
+        assert not _can(api, culler_user, verb, resource, group, ns), f"culler may {verb} {resource} in {ns}"
+    # A user's pod has no token; even the namespace's default identity may not touch claims.
+    user_pod = f"system:serviceaccount:{namespace}:default"
+    for verb in ("get", "list", "delete", "patch"):
+        assert not _can(api, user_pod, verb, "resourceclaims", "resource.k8s.io", namespace)
+    assert not _can(api, user_pod, "get", "secrets", "", namespace)
