@@ -1,0 +1,649 @@
+"""Benchmark: idle reclaim: one session trace replayed with no culling, hub-activity culling, our culler.
+
+    .venv/bin/python tests/bench/bench_idle.py [--users 8] [--slots 3] [--hours 8] [--scale 20]
+        [--seed 1] [--json out.json]
+
+A seeded generator writes a day of GPU sessions (see `TraceParams` for every parameter and
+its default). The same trace is then replayed, time-compressed (`--scale` real seconds per
+simulated hour), three times through a real JupyterHub + configurable-http-proxy +
+GPUSessionSpawner on the local cluster (shape small), one hub per policy, in this order:
+
+- (a) none: no culling at all;
+- (b) hub-activity: jupyterhub-idle-culler itself (PyPI `jupyterhub-idle-culler`) as a hub
+  service: it reads only the server's `last_activity` and stops servers idle past `--timeout`,
+  with no GPU awareness and no warning;
+- (c) gpusessions: our culler (`python -m gpusessions.culler`, via `configure_culler`), which
+  reads GPU activity from each holder's agent (on the simulated NVML) as well.
+
+(a) and (b) model the usual setup, a GPU that goes when the server stops (the profile's
+`keep_gpu_on_stop` is off); (c) runs gpusessions' defaults (a stopped server's GPU is kept for
+`--stopped-keep`, then released by the culler).
+
+Capacity is scarce on purpose: the bench's only profile may use `--slots` fixed MIG slices of
+GPU 0 (3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb in that order of preference... whichever the
+scheduler picks), so a user who arrives while they are all held waits (the spawner waits for
+the allocation; nobody gives up).
+
+What the bench does for the users: a user "at work" makes hub activity (POST
+/hub/api/users/<name>/activity every `activity_every` simulated hours, as the singleuser
+server's activity reports would) and makes their GPU busy through the simulated NVML's load
+file (activity 90 %, one compute process); an idle user makes neither, unless they left a tab
+open (hub activity goes on, the GPU is idle); a long GPU job keeps the GPU busy with no hub
+activity. A user whose server was culled notices at their next phase of GPU work and starts
+it again (that wait counts as waiting).
+
+Measured per policy, over the trace's span only (after it the replay stops):
+- GPU-hours held idle: a claim is allocated to the user while they do no GPU work (their
+  server stopped or culled while the claim is kept counts too); sampled twice a second;
+- waiting: from wanting a GPU (a session starts, or work resumes after a cull) to the server
+  being ready; a wait still open when the trace ends counts up to the end;
+- lost work: GPU jobs culled while busy (count, and the GPU-hours the job had run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster"), str(ROOT)]
+
+from localcluster import cluster as lc  # noqa: E402
+from localcluster.hubproc import Hub, free_port, start_hub  # noqa: E402
+from localcluster.kubeapi import KubeAPI  # noqa: E402
+from localcluster.paths import ClusterPaths  # noqa: E402
+
+POLICIES = ("none", "hub-activity", "gpusessions")
+LABEL = {
+    "none": "(a) no culling",
+    "hub-activity": "(b) hub-activity culling",
+    "gpusessions": "(c) our culler",
+}
+
+
+# --- the trace ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TraceParams:
+    """Parameters of the generator; times in simulated hours."""
+
+    users: int = 8
+    hours: float = 8.0  # the span of the trace (a working day)
+    arrival_rate: float = 0.25  # sessions per user per hour (Poisson), started before hours - 0.5
+    first_within: float = 2.0  # each user's first session starts uniformly in [0, first_within)
+    active_median: float = 0.5  # interactive GPU work: lognormal, this median ...
+    active_sigma: float = 0.6  # ... and this sigma (of the log)
+    idle_median: float = 0.75  # a pause inside a session (meeting, lunch): lognormal
+    idle_sigma: float = 0.8
+    phases_mean: float = 3.0  # work phases per interactive session: 1 + geometric with this mean
+    batch_share: float = 0.25  # sessions that set up (one work phase) and then run one long GPU job
+    job_median: float = 2.5  # the job's length: lognormal, UI untouched, GPU busy throughout
+    job_sigma: float = 0.5
+    tab_open_share: float = 0.3  # sessions whose tab stays open while idle and after the user leaves
+    stop_share: float = 0.35  # sessions whose user stops the server at the end (the rest walk away)
+    activity_every: float = 0.1  # hub activity reports while at work (or a tab is open): every 6 min
+    seed: int = 3  # its trace is the closest to the nominal shares above (chosen before any replay)
+
+
+@dataclass
+class Phase:
+    kind: str  # "work" (GPU busy, hub activity), "pause" (GPU idle), "job" (GPU busy, no hub activity)
+    hours: float
+
+
+@dataclass
+class Session:
+    user: str
+    start: float
+    kind: str  # "interactive" | "batch"
+    tab_open: bool
+    end: str  # "stop" | "leave"
+    phases: list[Phase] = field(default_factory=list)
+
+
+def generate(p: TraceParams) -> list[Session]:
+    rng = random.Random(p.seed)
+
+    def logn(median: float, sigma: float) -> float:
+        return rng.lognormvariate(math.log(median), sigma)
+
+    out: list[Session] = []
+    for i in range(p.users):
+        user = f"user{i}"
+        t = rng.uniform(0, p.first_within)
+        while t < p.hours - 0.5:
+            kind = "batch" if rng.random() < p.batch_share else "interactive"
+            s = Session(user, round(t, 4), kind, rng.random() < p.tab_open_share, "")
+            s.end = "stop" if rng.random() < p.stop_share else "leave"
+            if kind == "batch":
+                s.phases = [Phase("work", logn(0.25, 0.5)), Phase("job", logn(p.job_median, p.job_sigma))]
+            else:
+                n = 1
+                while rng.random() > 1 / p.phases_mean:
+                    n += 1
+                for k in range(n):
+                    if k:
+                        s.phases.append(Phase("pause", logn(p.idle_median, p.idle_sigma)))
+                    s.phases.append(Phase("work", logn(p.active_median, p.active_sigma)))
+            for ph in s.phases:
+                ph.hours = round(ph.hours, 4)
+            out.append(s)
+            t += sum(ph.hours for ph in s.phases) + rng.expovariate(p.arrival_rate)
+    return sorted(out, key=lambda s: s.start)
+
+
+def trace_summary(trace: list[Session]) -> dict[str, Any]:
+    def hours(kind: str) -> float:
+        return round(sum(ph.hours for s in trace for ph in s.phases if ph.kind == kind), 2)
+
+    return {
+        "sessions": len(trace),
+        "batch_sessions": sum(s.kind == "batch" for s in trace),
+        "tab_open_sessions": sum(s.tab_open for s in trace),
+        "stopped_at_end": sum(s.end == "stop" for s in trace),
+        "gpu_work_hours": round(hours("work") + hours("job"), 2),
+        "job_hours": hours("job"),
+        "pause_hours": hours("pause"),
+    }
+
+
+# --- the hubs ------------------------------------------------------------------------------
+HUB = """
+from gpusessions.handlers import configure_hub
+
+c.JupyterHub.spawner_class = "gpusessions"
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.JupyterHub.cleanup_servers = False
+c.KubeSpawner.namespace = {namespace!r}
+c.KubeSpawner.image = "quay.io/jupyterhub/singleuser:5"
+c.KubeSpawner.start_timeout = 3600
+c.KubeSpawner.http_timeout = 120
+c.GPUSessionSpawner.gpu_allocation_timeout = 3600
+c.GPUSessionSpawner.persist_kernels = False
+c.KubeSpawner.profile_list = [{{
+    "display_name": "Bench MIG slice", "slug": "bench-gpu", "default": True,
+    "kubespawner_override": {{
+        "gpu_device_class": "mig.nvidia.com",
+        "gpu_selectors": [{selector!r}],
+        "keep_gpu_on_stop": {keep!r},
+    }},
+}}]
+configure_hub(c)
+"""
+IDLE_CULLER = """
+import sys
+c.JupyterHub.services.append({{
+    "name": "idle-culler",
+    "command": [sys.executable, "-m", "jupyterhub_idle_culler",
+                "--timeout={timeout}", "--cull-every={every}"],
+}})
+c.JupyterHub.load_roles.append({{
+    "name": "idle-culler",
+    "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+    "services": ["idle-culler"],
+}})
+"""
+OUR_CULLER = """
+from gpusessions.culler.hubconfig import configure_culler
+configure_culler(c, admins=[], port={port}, args={args!r})
+"""
+
+
+@dataclass
+class Limits:
+    """Culler settings in simulated hours (scaled to real seconds when the hubs start)."""
+
+    idle: float = 1.0  # (b) --timeout and (c) --idle-limit: z2jh's cull.timeout default is 1 h
+    cull_every: float = 1 / 6  # (b) --cull-every: z2jh's default 10 min
+    interval: float = 0.05  # (c) --interval: 3 min (our default is 1 min; coarser here to save CPU)
+    warn_before: float = 0.25  # (c) --warn-before: our default, 15 min
+    stopped_keep: float = 1.0  # (c) --stopped-keep: our default, 1 h
+
+
+def hub_config(policy: str, namespace: str, selector: str, limits: Limits, scale: float) -> str:
+    cfg = HUB.format(namespace=namespace, selector=selector, keep=policy == "gpusessions")
+    if policy == "hub-activity":
+        timeout = max(1, round(limits.idle * scale))
+        every = max(1, round(limits.cull_every * scale))
+        cfg += IDLE_CULLER.format(timeout=timeout, every=every)
+    elif policy == "gpusessions":
+        args = [
+            "--interval",
+            f"{max(1.0, limits.interval * scale):g}",
+            "--idle-limit",
+            f"{limits.idle * scale:g}",
+            "--warn-before",
+            f"{limits.warn_before * scale:g}",
+            "--stopped-keep",
+            f"{limits.stopped_keep * scale:g}",
+            "--orphan-grace",
+            "3",
+        ]
+        cfg += OUR_CULLER.format(port=free_port(), args=args)
+    return cfg
+
+
+# --- the replay ------------------------------------------------------------------------------
+@dataclass
+class UserState:
+    up: bool = False  # the user believes their server runs (set once ready; cleared by a stop or cull)
+    gpu: bool = False  # doing GPU work now
+    hub: bool = False  # making hub activity now
+    job_since: float | None = None  # real time a GPU job started
+    uuid: str = ""  # the device of their claim
+
+
+class Replay:
+    def __init__(
+        self,
+        policy: str,
+        trace: list[Session],
+        params: TraceParams,
+        scale: float,
+        hub: Hub,
+        api: KubeAPI,
+        namespace: str,
+        uuids: dict[tuple[str, str], str],
+        load_file: Path,
+    ) -> None:
+        self.policy, self.trace, self.p, self.scale = policy, trace, params, scale
+        self.hub, self.api, self.ns, self.uuids, self.load_file = hub, api, namespace, uuids, load_file
+        self.users = sorted({f"user{i}" for i in range(params.users)})
+        self.state = {u: UserState() for u in self.users}
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.servers: dict[str, dict[str, Any]] = {}
+        self.allocated: set[str] = set()  # users whose claim is allocated (from the last sample)
+        self.starting: set[str] = set()  # users waiting for their server
+        self.waits: list[dict[str, Any]] = []
+        self.culls: list[dict[str, Any]] = []
+        self.held = self.held_idle = self.held_busy = self.held_starting = 0.0  # simulated GPU-hours
+        self.samples = 0
+        self.errors: list[str] = []
+        self.t0 = 0.0
+        self._load = ""
+
+    def sim(self, t: float | None = None) -> float:
+        return ((time.monotonic() if t is None else t) - self.t0) / self.scale
+
+    def sleep_until(self, sim_h: float) -> bool:
+        """Sleep until that simulated time; False when the trace ended first."""
+        return not self.done.wait(max(0.0, self.t0 + sim_h * self.scale - time.monotonic()))
+
+    # -- the users -------------------------------------------------------------------------
+    def obtain(self, user: str, why: str) -> bool:
+        """Start the user's server and wait until it is ready (or the trace ends)."""
+        want = time.monotonic()
+        gpu_at: float | None = None
+        posted = 0.0
+        with self.lock:
+            self.starting.add(user)
+        try:
+            while not self.done.is_set():
+                m = self.servers.get(user)
+                if gpu_at is None and user in self.allocated:
+                    gpu_at = time.monotonic()
+                if m and m.get("ready"):
+                    got = time.monotonic()
+                    claim = self.api.get_or_none("ResourceClaim", f"gpu-{user}", self.ns) or {}
+                    alloc = (claim.get("status") or {}).get("allocation") or {}
+                    results = alloc.get("devices", {}).get("results")
+                    uuid = self.uuids.get((results[0]["pool"], results[0]["device"]), "") if results else ""
+                    with self.lock:
+                        self.state[user].up = True
+                        self.state[user].uuid = uuid
+                    self.waits.append(self._wait(user, why, want, gpu_at or got, got))
+                    return True
+                idle = not m or (not m.get("pending") and not m.get("ready"))
+                if idle and time.monotonic() - posted > 3:
+                    code, body = self.hub.api("POST", f"/users/{user}/server")
+                    if code not in (201, 202, 400):
+                        self.errors.append(f"spawn {user}: {code} {body}")
+                    posted = time.monotonic()
+                self.done.wait(0.25)
+            self.waits.append(self._wait(user, why, want, gpu_at, None))
+            return False
+        finally:
+            with self.lock:
+                self.starting.discard(user)
+
+    def _wait(
+        self, user: str, why: str, want: float, gpu: float | None, ready: float | None
+    ) -> dict[str, Any]:
+        end = self.sim()
+        return {
+            "user": user,
+            "why": why,
+            "at": round(self.sim(want), 3),
+            "gpu_hours": round((end if gpu is None else self.sim(gpu)) - self.sim(want), 3),
+            "ready_hours": round((end if ready is None else self.sim(ready)) - self.sim(want), 3),
+            "censored": ready is None,
+            "no_gpu": gpu is None,
+        }
+
+    def set(self, user: str, gpu: bool, hub: bool, job: bool = False) -> None:
+        with self.lock:
+            st = self.state[user]
+            st.gpu, st.hub = gpu, hub
+            st.job_since = time.monotonic() if job else None
+        self.push_load()
+
+    def run_user(self, user: str) -> None:
+        try:
+            for s in (s for s in self.trace if s.user == user):
+                if not self.sleep_until(s.start):
+                    return
+                first = True
+                for ph in s.phases:
+                    st = self.state[user]
+                    if (
+                        ph.kind != "pause"
+                        and not st.up
+                        and not self.obtain(user, "start" if first else "after cull")
+                    ):
+                        return
+                    first = False
+                    if ph.kind == "work":
+                        self.set(user, True, True)
+                    elif ph.kind == "job":
+                        self.set(user, True, False, job=True)
+                    else:
+                        self.set(user, False, s.tab_open)
+                    if self.done.wait(ph.hours * self.scale):
+                        return
+                self.set(user, False, s.tab_open and s.end == "leave")
+                if s.end == "stop" and self.state[user].up:
+                    with self.lock:
+                        self.state[user].up = False
+                    self.hub.api("DELETE", f"/users/{user}/server")
+                    while not self.done.is_set():
+                        m = self.servers.get(user)
+                        if not m or (not m.get("ready") and not m.get("pending")):
+                            break
+                        self.done.wait(0.25)
+        except Exception as e:  # reported; the replay goes on
+            self.errors.append(f"{user}: {type(e).__name__}: {e}")
+
+    # -- the world: hub state, culls, the simulated NVML, accounting -----------------------
+    def push_load(self) -> None:
+        with self.lock:
+            load = {
+                st.uuid: {"activity": 90, "processes": 1, "memory_used_mib": 4096}
+                for st in self.state.values()
+                if st.up and st.gpu and st.uuid
+            }
+        text = json.dumps(load, sort_keys=True)
+        if text != self._load:
+            tmp = self.load_file.with_suffix(".bench.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, self.load_file)
+            self._load = text
+
+    def monitor(self) -> None:
+        last = time.monotonic()
+        last_activity = 0.0
+        while not self.done.is_set():
+            try:
+                code, body = self.hub.api("GET", "/users")
+                if code == 200:
+                    items = body if isinstance(body, list) else body.get("items", [])
+                    self.servers = {u["name"]: (u.get("servers") or {}).get("") or {} for u in items}
+                now = time.monotonic()
+                culled = []
+                with self.lock:
+                    for u, st in self.state.items():
+                        m = self.servers.get(u) or {}
+                        if st.up and (m.get("pending") == "stop" or not m.get("ready")):
+                            lost = (now - st.job_since) / self.scale if st.gpu and st.job_since else 0.0
+                            culled.append(
+                                {"user": u, "at": self.sim(now), "busy": st.gpu, "lost_hours": lost}
+                            )
+                            st.up = st.gpu = st.hub = False
+                            st.job_since = None
+                    busy = {u for u, st in self.state.items() if st.up and st.gpu}
+                    starting = set(self.starting)
+                    ticking = [u for u, st in self.state.items() if st.up and st.hub]
+                self.culls += culled
+                if culled:
+                    self.push_load()
+                claims = self.api.list("ResourceClaim", self.ns)["items"]
+                now = time.monotonic()
+                dt = (now - last) / self.scale
+                last = now
+                allocated = {
+                    cl["metadata"]["name"].removeprefix("gpu-")
+                    for cl in claims
+                    if (cl.get("status") or {}).get("allocation")
+                }
+                for user in allocated:
+                    self.held += dt
+                    if user in busy:
+                        self.held_busy += dt
+                    elif user in starting:
+                        self.held_starting += dt
+                    else:
+                        self.held_idle += dt
+                self.allocated = allocated
+                self.samples += 1
+                if now - last_activity >= self.p.activity_every * self.scale:
+                    last_activity = now
+                    stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+                    for u in ticking:
+                        body = {"last_activity": stamp, "servers": {"": {"last_activity": stamp}}}
+                        self.hub.api("POST", f"/users/{u}/activity", body)
+            except Exception as e:  # a missed sample; go on
+                self.errors.append(f"monitor: {type(e).__name__}: {e}")
+            self.done.wait(0.5)
+
+    def run(self) -> dict[str, Any]:
+        for u in self.users:
+            self.hub.api("POST", f"/users/{u}")
+        self.t0 = time.monotonic()
+        threads = [threading.Thread(target=self.monitor, daemon=True)]
+        threads += [threading.Thread(target=self.run_user, args=(u,), daemon=True) for u in self.users]
+        for t in threads:
+            t.start()
+        end = self.t0 + self.p.hours * self.scale
+        while time.monotonic() < end:
+            time.sleep(min(5.0, max(0.0, end - time.monotonic())))
+            print(
+                f"  [{self.policy}] t={self.sim():.1f} h held {self.held:.2f} idle {self.held_idle:.2f} "
+                f"waits {len(self.waits)} culls {len(self.culls)}",
+                file=sys.stderr,
+            )
+        self.done.set()
+        for t in threads:
+            t.join(30)
+        return self.result()
+
+    def result(self) -> dict[str, Any]:
+        lost = [c for c in self.culls if c["busy"]]
+        gpu_waits = [w["gpu_hours"] for w in self.waits]
+        ready_waits = [w["ready_hours"] for w in self.waits]
+        return {
+            "gpu_hours_held": round(self.held, 3),
+            "gpu_hours_held_idle": round(self.held_idle, 3),
+            "gpu_hours_held_busy": round(self.held_busy, 3),
+            "gpu_hours_held_starting": round(self.held_starting, 3),
+            "wait_for_gpu_hours": round(sum(gpu_waits), 3),
+            "wait_for_server_hours": round(sum(ready_waits), 3),
+            "wait_for_gpu_median": round(statistics.median(gpu_waits), 3) if gpu_waits else 0.0,
+            "waits": len(self.waits),
+            "waits_after_cull": sum(w["why"] == "after cull" for w in self.waits),
+            "waits_never_served": sum(w["no_gpu"] for w in self.waits),
+            "culls": len(self.culls),
+            "culls_of_busy_gpus": len(lost),
+            "lost_work_gpu_hours": round(sum(c["lost_hours"] for c in lost), 3),
+            "samples": self.samples,
+            "wait_log": self.waits,
+            "cull_log": self.culls,
+            "errors": self.errors[:20],
+        }
+
+
+# --- the cluster side --------------------------------------------------------------------------
+def static_slices(api: KubeAPI) -> list[tuple[str, str, str, str, str]]:
+    """(pool, device, uuid, profile, parent) of every MIG device with its own UUID (static MIG)."""
+    out = []
+    for sl in api.list("ResourceSlice")["items"]:
+        spec = sl["spec"]
+        if spec.get("driver") != "gpu.nvidia.com":
+            continue
+        for d in spec.get("devices") or []:
+            attrs = d.get("attributes") or {}
+            kind = (attrs.get("type") or {}).get("string")
+            uuid = (attrs.get("uuid") or {}).get("string")
+            if kind == "mig" and uuid:
+                profile = (attrs.get("profile") or {}).get("string", "")
+                parent = (attrs.get("parentUUID") or {}).get("string", "")
+                out.append((spec["pool"]["name"], d["name"], uuid, profile, parent))
+    return sorted(out)
+
+
+def wait_gone(api: KubeAPI, namespace: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and api.get_or_none("Namespace", namespace) is not None:
+        time.sleep(1)
+
+
+def ratio(x: float, y: float) -> float | None:
+    return round(x / y, 3) if y else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--users", type=int, default=TraceParams.users)
+    ap.add_argument("--hours", type=float, default=TraceParams.hours)
+    ap.add_argument("--slots", type=int, default=3, help="GPU slices the users share (1-4)")
+    ap.add_argument("--scale", type=float, default=20.0, help="real seconds per simulated hour")
+    ap.add_argument("--seed", type=int, default=TraceParams.seed)
+    ap.add_argument("--policies", default=",".join(POLICIES), help="a subset, for trying things out")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    try:
+        import jupyterhub_idle_culler  # noqa: F401
+    except ImportError:
+        print("needs jupyterhub-idle-culler: .venv/bin/pip install jupyterhub-idle-culler", file=sys.stderr)
+        return 2
+    params = TraceParams(users=args.users, hours=args.hours, seed=args.seed)
+    limits = Limits()
+    trace = generate(params)
+    policies = [p for p in args.policies.split(",") if p]
+
+    paths = ClusterPaths.default()
+    started = not lc.healthy(paths)
+    lc.up("small", paths=paths)
+    api = KubeAPI.from_kubeconfig(paths.kubeconfig)
+    slices = static_slices(api)
+    # Prefer the small slices (1g.10gb first) so that every policy sees the same devices.
+    chosen = sorted(slices, key=lambda s: (s[4], int(s[3].split("g")[0] or 0), s[1]))[: args.slots]
+    if len(chosen) < args.slots or len({c[4] for c in chosen}) > 1:
+        raise SystemExit(f"--slots {args.slots}: this cluster has no GPU with that many static MIG slices")
+    uuids = {(pool, dev): uuid for pool, dev, uuid, _, _ in slices}
+    listed = ", ".join(repr(c[2]) for c in chosen)
+    # Dynamic MIG devices have no uuid attribute: test the parent first (&& skips the rest).
+    selector = (
+        f"device.attributes['gpu.nvidia.com'].parentUUID == {chosen[0][4]!r} && "
+        f"device.attributes['gpu.nvidia.com'].uuid in [{listed}]"
+    )
+    load_file = paths.root / "fake-nvml" / "load.json"
+    load_before = load_file.read_text() if load_file.exists() else "{}"
+    work = Path(tempfile.mkdtemp(prefix="bench-idle-"))
+    results: dict[str, Any] = {}
+    try:
+        for policy in policies:
+            ns = f"bench-idle-{policy}-{int(time.time())}"
+            api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+            load_file.write_text("{}")
+            print(f"{LABEL[policy]}: replaying {len(trace)} sessions ...", file=sys.stderr)
+            hub = start_hub(hub_config(policy, ns, selector, limits, args.scale), work / policy)
+            try:
+                replay = Replay(policy, trace, params, args.scale, hub, api, ns, uuids, load_file)
+                results[policy] = replay.run()
+            finally:
+                hub.stop()
+                with contextlib.suppress(Exception):
+                    api.delete_collection("Pod", ns, grace_period=0)
+                    api.delete("Namespace", ns)
+                    wait_gone(api, ns)
+            print(f"  {results[policy]}", file=sys.stderr)
+    finally:
+        load_file.write_text(load_before)
+        if started:
+            lc.down(paths)
+
+    cmd = (
+        f"tests/bench/bench_idle.py --users {args.users} --hours {args.hours:g} --slots {args.slots} "
+        f"--scale {args.scale:g} --seed {args.seed}"
+    )
+    out: dict[str, Any] = {
+        "command": cmd,
+        "date": time.strftime("%Y-%m-%d"),
+        "params": asdict(params),
+        "limits_hours": asdict(limits),
+        "slots": [f"{c[1]} ({c[3]})" for c in chosen],
+        "scale_seconds_per_hour": args.scale,
+        "trace": trace_summary(trace),
+        "policies": results,
+    }
+    ratios: dict[str, dict[str, float | None]] = {}
+    for num, den in (("hub-activity", "none"), ("gpusessions", "none"), ("gpusessions", "hub-activity")):
+        if num in results and den in results:
+            a, b = results[num], results[den]
+            ratios[f"{num}/{den}"] = {
+                k: ratio(a[k], b[k])
+                for k in (
+                    "gpu_hours_held_idle",
+                    "wait_for_gpu_hours",
+                    "wait_for_server_hours",
+                    "lost_work_gpu_hours",
+                )
+            }
+    out["ratios"] = ratios
+
+    print(f"\ntrace: {out['trace']}; slots: {', '.join(out['slots'])}")
+    print("\n| | " + " | ".join(LABEL[p] for p in results) + " |")
+    print("|---|" + "---|" * len(results))
+    rows = (
+        ("gpu_hours_held_idle", "GPU-hours held idle"),
+        ("gpu_hours_held_busy", "GPU-hours held busy"),
+        ("gpu_hours_held_starting", "GPU-hours held while the notebook starts"),
+        ("wait_for_gpu_hours", "user waiting for a GPU, hours in all"),
+        ("wait_for_gpu_median", "user waiting for a GPU, median per wait (h)"),
+        ("wait_for_server_hours", "user waiting until the server is ready, hours in all"),
+        ("waits", "waits (session starts and restarts after a cull)"),
+        ("waits_after_cull", "of which restarts after a cull"),
+        ("waits_never_served", "waits still without a GPU at the end of the day"),
+        ("culls", "servers culled"),
+        ("culls_of_busy_gpus", "busy GPU jobs culled"),
+        ("lost_work_gpu_hours", "lost work (GPU-hours of culled jobs)"),
+    )
+    for key, label in rows:
+        print(f"| {label} | " + " | ".join(f"{r[key]:g}" for r in results.values()) + " |")
+    if ratios:
+        print("\n| ratio | GPU-hours held idle | waiting for a GPU | waiting until ready | lost work |")
+        print("|---|---|---|---|---|")
+        for name, r in ratios.items():
+            cells = ["-" if v is None else f"{v:.2f}" for v in r.values()]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+    print(f"\nrerun: .venv/bin/python {cmd}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
