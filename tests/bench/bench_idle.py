@@ -48,6 +48,7 @@ import json
 import math
 import os
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -266,8 +267,8 @@ class Replay:
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.servers: dict[str, dict[str, Any]] = {}
-        self.allocated: set[str] = set()  # users whose claim is allocated (from the last sample)
         self.starting: set[str] = set()  # users waiting for their server
+        self.gpu_seen: dict[str, float] = {}  # when the monitor first saw a starting user's claim allocated
         self.waits: list[dict[str, Any]] = []
         self.culls: list[dict[str, Any]] = []
         self.held = self.held_idle = self.held_busy = self.held_starting = 0.0  # simulated GPU-hours
@@ -287,15 +288,13 @@ class Replay:
     def obtain(self, user: str, why: str) -> bool:
         """Start the user's server and wait until it is ready (or the trace ends)."""
         want = time.monotonic()
-        gpu_at: float | None = None
         posted = 0.0
         with self.lock:
             self.starting.add(user)
+            self.gpu_seen.pop(user, None)
         try:
             while not self.done.is_set():
                 m = self.servers.get(user)
-                if gpu_at is None and user in self.allocated:
-                    gpu_at = time.monotonic()
                 if m and m.get("ready"):
                     got = time.monotonic()
                     claim = self.api.get_or_none("ResourceClaim", f"gpu-{user}", self.ns) or {}
@@ -305,7 +304,7 @@ class Replay:
                     with self.lock:
                         self.state[user].up = True
                         self.state[user].uuid = uuid
-                    self.waits.append(self._wait(user, why, want, gpu_at or got, got))
+                    self.waits.append(self._wait(user, why, want, self.gpu_seen.get(user, got), got))
                     return True
                 idle = not m or (not m.get("pending") and not m.get("ready"))
                 if idle and time.monotonic() - posted > 3:
@@ -314,7 +313,7 @@ class Replay:
                         self.errors.append(f"spawn {user}: {code} {body}")
                     posted = time.monotonic()
                 self.done.wait(0.25)
-            self.waits.append(self._wait(user, why, want, gpu_at, None))
+            self.waits.append(self._wait(user, why, want, self.gpu_seen.get(user), None))
             return False
         finally:
             with self.lock:
@@ -436,7 +435,9 @@ class Replay:
                         self.held_starting += dt
                     else:
                         self.held_idle += dt
-                self.allocated = allocated
+                with self.lock:
+                    for user in allocated & self.starting:
+                        self.gpu_seen.setdefault(user, now)
                 self.samples += 1
                 if now - last_activity >= self.p.activity_every * self.scale:
                     last_activity = now
@@ -513,6 +514,30 @@ def static_slices(api: KubeAPI) -> list[tuple[str, str, str, str, str]]:
     return sorted(out)
 
 
+def children(pid: int) -> list[int]:
+    """Direct children of a process (the hub's proxy and its managed services)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+    return out
+
+
+def stop_hub(hub: Hub) -> None:
+    """Stop the hub, then whatever it started that outlived it (the proxy and the services
+    run in their own sessions; a hub killed after its stop timeout leaves them behind)."""
+    kids = children(hub.proc.pid)
+    hub.stop()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [k for k in kids if Path(f"/proc/{k}").exists()]
+        for k in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(k, sig)
+        if alive:
+            time.sleep(3)
+
+
 def wait_gone(api: KubeAPI, namespace: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and api.get_or_none("Namespace", namespace) is not None:
@@ -574,7 +599,7 @@ def main() -> int:
                 replay = Replay(policy, trace, params, args.scale, hub, api, ns, uuids, load_file)
                 results[policy] = replay.run()
             finally:
-                hub.stop()
+                stop_hub(hub)
                 with contextlib.suppress(Exception):
                     api.delete_collection("Pod", ns, grace_period=0)
                     api.delete("Namespace", ns)
