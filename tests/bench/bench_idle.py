@@ -653,7 +653,7 @@ def main() -> int:
         ("waits_after_cull", "of which restarts after a cull"),
         ("waits_never_served", "waits still without a GPU at the end of the day"),
         ("culls", "servers culled"),
-        ("culls_of_busy_gpus", "busy GPU jobs culled"),
+        ("culls_of_busy_gpus", "culled while the GPU was in use"),
         ("lost_work_gpu_hours", "lost work (GPU-hours of culled jobs)"),
     )
     for key, label in rows:
