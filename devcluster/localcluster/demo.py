@@ -59,7 +59,10 @@ def up(foreground: bool = True) -> int:
     with contextlib.suppress(ApiError):
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     password = secrets.token_urlsafe(9)
-    extra = f"\nload_subconfig({str(REPO_ROOT / 'hub_config' / 'demo_config.py')!r})\n"
+    # Run in this config's namespace, as z2jh runs hub.extraConfig: a load_subconfig()ed file
+    # starts from an empty config whose lists replace ours (the admin service and its role).
+    demo_config = str(REPO_ROOT / "hub_config" / "demo_config.py")
+    extra = f"\nexec(compile(open({demo_config!r}).read(), {demo_config!r}, 'exec'))\n"
     env = {
         "GPUSESSIONS_DEMO_PASSWORD": password,
         "GPUSESSIONS_DEMO_NAMESPACE": NAMESPACE,
