@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpusessions.culler.contention import mark_contention
 from gpusessions.culler.model import Session, join
 from gpusessions.culler.policy import (
     CLEAR_STOPPED,
@@ -81,9 +82,9 @@ def test_activity_after_a_warning_clears_it() -> None:
     assert decide(s, T0 + 2 * H, POLICY).action == UNWARN
 
 
-def test_notebook_activity_alone_keeps_it() -> None:
+def test_notebook_activity_alone_keeps_it_up_to_the_gpu_idle_limit() -> None:
     s = running(gpu=gpu(last_busy=T0), notebook_last_activity=T0 + 3 * H)
-    assert decide(s, T0 + 4 * H, POLICY).action == NONE
+    assert decide(s, T0 + 3.5 * H, POLICY).action == NONE  # GPU idle 3.5 h < 4 h
 
 
 def test_stopped_server_gpu_is_released_after_the_keep_time() -> None:
@@ -163,7 +164,13 @@ def test_join_claims_holders_and_hub() -> None:
                 "name": "gpu-holder-a",
                 "annotations": {"gpusessions.io/claim": "gpu-a"},
             },
-            "status": {"podIP": "127.1.0.5", "containerStatuses": [{"restartCount": 2}]},
+            "status": {
+                "podIP": "127.1.0.5",
+                "phase": "Running",
+                "containerStatuses": [
+                    {"restartCount": 2, "state": {"running": {"startedAt": "2026-11-29T10:30:00Z"}}}
+                ],
+            },
         },
         {"metadata": {"namespace": "ns", "name": "stray", "annotations": {"gpusessions.io/claim": "gone"}}},
     ]
@@ -172,6 +179,7 @@ def test_join_claims_holders_and_hub() -> None:
     assert (s.user, s.server, s.profile, s.node, s.devices) == ("a.b", "exp", "mig", "n1", ["n1/d1"])
     assert s.queue == "team-a"
     assert (s.holder, s.holder_ip, s.holder_restarts) == ("gpu-holder-a", "127.1.0.5", 2)
+    assert s.holder_phase == "Running" and s.holder_started == s.created + 1800 and not s.deleting
     assert s.hub_user and s.hub_server and s.running and s.state == "running"
     assert s.notebook_last_activity == s.created + 3600
     assert [o["metadata"]["name"] for o in orphans] == ["stray"]
@@ -196,3 +204,174 @@ def test_a_session_whose_node_is_gone_is_released_at_once_even_if_kept() -> None
     d = decide(s, T0 + 1, POLICY)
     assert d.action == "node-gone" and "n7" in d.reason
     assert s.state == "node gone"
+
+
+# -- the GPU idle alone (an open tab keeps reporting notebook activity) --------------------------
+def test_gpu_idle_alone_is_warned_then_culled_although_the_notebook_is_open() -> None:
+    # The notebook reports activity every few minutes (an open tab); the GPU has been idle since T0.
+    s = running(gpu=gpu(last_busy=T0), notebook_last_activity=T0 + 4 * H)
+    assert decide(s, T0 + 4 * H - 601, POLICY).action == NONE
+    d = decide(s, T0 + 4 * H - 600, POLICY)
+    assert d.action == WARN and d.at == T0 + 4 * H and d.rule == "gpu-idle"
+    assert d.reason == "GPU idle for 3.8 h although the notebook is open"
+    s.warned_at = T0 + 4 * H - 600
+    s.notebook_last_activity = T0 + 4 * H  # the tab goes on polling: no help
+    d = decide(s, T0 + 4 * H, POLICY)
+    assert d.action == CULL and d.rule == "gpu-idle" and "although the notebook is open" in d.reason
+
+
+def test_gpu_idle_alone_never_culls_a_busy_gpu() -> None:
+    s = running(gpu=gpu(busy=True, last_busy=T0 + 9 * H), notebook_last_activity=T0 + 9 * H)
+    assert decide(s, T0 + 9 * H, POLICY).action == NONE
+    # GPU work after the warning clears it.
+    s.warned_at = T0 + 8 * H
+    assert decide(s, T0 + 9 * H, POLICY).action == UNWARN
+
+
+def test_gpu_idle_alone_needs_a_reading() -> None:
+    for s in (
+        running(gpu=[], notebook_last_activity=T0 + 9 * H),  # no agent answer
+        running(gpu=gpu(last_busy=T0), gpu_error="agent unreachable", notebook_last_activity=T0 + 9 * H),
+        running(gpu=[{"uuid": "x", "busy": False, "error": "NVML: lost"}], notebook_last_activity=T0 + 9 * H),
+    ):
+        assert decide(s, T0 + 9 * H, POLICY).action == NONE
+
+
+def test_gpu_idle_alone_counts_from_the_agents_restart() -> None:
+    # The agent forgets its last busy time when it restarts: no cull on that account.
+    s = running(gpu=gpu(last_busy=None), holder_started=T0 + 8 * H, notebook_last_activity=T0 + 9 * H)
+    assert decide(s, T0 + 9 * H, POLICY).action == NONE
+
+
+def test_gpu_idle_alone_honours_keep_until_and_can_be_off() -> None:
+    s = running(gpu=gpu(last_busy=T0), notebook_last_activity=T0 + 9 * H, keep_until=T0 + 10 * H)
+    assert decide(s, T0 + 9 * H, POLICY).action == NONE
+    s.keep_until = None
+    off = Policy(RULES.merged({"gpu_idle_limit": 0}))
+    assert decide(s, T0 + 9 * H, off).action == NONE
+    per = Policy(RULES, per_profile={"big": {"gpu_idle_limit": 0}})
+    assert (
+        decide(
+            running(profile="big", gpu=gpu(last_busy=T0), notebook_last_activity=T0 + 9 * H), T0 + 9 * H, per
+        ).action
+        == NONE
+    )
+    assert decide(s, T0 + 9 * H, per).action == WARN
+
+
+def test_both_idle_keeps_the_idle_reason() -> None:
+    s = running(gpu=gpu(last_busy=T0), notebook_last_activity=T0, warned_at=T0 + 2 * H - 600)
+    d = decide(s, T0 + 2 * H, POLICY)
+    assert d.action == CULL and d.rule == "idle" and d.reason.startswith("notebook and GPU idle")
+
+
+# -- a stopped server's kept GPU while others wait for that size ---------------------------------
+def stopped(**kw: object) -> Session:
+    base: dict[str, object] = dict(profile="mig-1g-10gb", running=False, stopped_since=T0)
+    base.update(kw)
+    return running(**base)
+
+
+def waiter(user: str = "b", profile: str = "mig-1g-10gb", **kw: object) -> Session:
+    base: dict[str, object] = dict(
+        claim=f"gpu-{user}",
+        user=user,
+        profile=profile,
+        allocated=False,
+        running=False,
+        pending="spawn",
+        holder=f"gpu-holder-{user}",
+        holder_phase="Pending",
+        created=T0 + 100,
+    )
+    base.update(kw)
+    return running(**base)
+
+
+def test_no_waiter_keeps_the_full_stopped_keep() -> None:
+    s = stopped()
+    mark_contention([s], T0 + 400)
+    assert s.waiters == 0
+    assert decide(s, T0 + 400, POLICY).action == NONE
+
+
+def test_a_waiter_for_the_same_profile_shortens_the_keep() -> None:
+    s, w = stopped(), waiter()
+    mark_contention([s, w], T0 + 10)
+    assert s.waiters == 1
+    # The warning stands min(warn_before, stopped_keep_contended) = 300 s.
+    d = decide(s, T0 + 10, POLICY)
+    assert d.action == WARN and d.rule == "stopped-contended" and d.at == T0 + 310
+    assert d.reason == "stopped 10 s while 1 user waits for mig-1g-10gb"
+    s.warned_at = T0 + 10
+    assert decide(s, T0 + 309, POLICY).action == NONE
+    d = decide(s, T0 + 310, POLICY)
+    assert d.action == RELEASE and d.rule == "stopped-contended"
+
+
+def test_a_session_stopped_long_ago_is_still_warned_first() -> None:
+    s, w = stopped(), waiter()
+    mark_contention([s, w], T0 + 2000)
+    d = decide(s, T0 + 2000, POLICY)
+    assert d.action == WARN and d.at == T0 + 2300
+    assert d.reason == "stopped 33 min while 1 user waits for mig-1g-10gb"
+
+
+def test_a_waiter_for_another_size_does_not_count() -> None:
+    s = stopped()
+    mark_contention([s, waiter(profile="whole-gpu")], T0 + 400)
+    assert s.waiters == 0
+    assert decide(s, T0 + 400, POLICY).action == NONE
+
+
+def test_only_real_waiters_count() -> None:
+    s = stopped()
+    not_waiting = [
+        waiter(holder_phase="Running"),  # scheduled: about to be allocated
+        waiter(allocated=True),
+        waiter(pending=None),  # the hub does not start it (a stale claim)
+        waiter(holder=None, holder_phase=None),
+        waiter(deleting=True),  # the request is being withdrawn
+    ]
+    mark_contention([s, *not_waiting], T0 + 400)
+    assert s.waiters == 0
+
+
+def test_a_waiter_that_goes_away_lifts_the_warning() -> None:
+    s, w = stopped(), waiter()
+    mark_contention([s, w], T0 + 10)
+    assert decide(s, T0 + 10, POLICY).action == WARN
+    s.warned_at = T0 + 10
+    mark_contention([s], T0 + 200)  # b gave up (or got another device)
+    d = decide(s, T0 + 200, POLICY)
+    assert d.action == UNWARN and "nobody waits" in d.reason
+    s.warned_at = None
+    assert decide(s, T0 + 400, POLICY).action == NONE
+
+
+def test_one_waiter_costs_one_kept_gpu_the_longest_stopped_first() -> None:
+    old, new, w = stopped(claim="gpu-old", stopped_since=T0 - 600), stopped(claim="gpu-new"), waiter()
+    mark_contention([new, old, w], T0 + 10)
+    assert (old.waiters, new.waiters) == (1, 0)
+    two = waiter(user="c")
+    mark_contention([new, old, w, two], T0 + 10)
+    assert (old.waiters, new.waiters) == (2, 2)
+    assert decide(new, T0 + 10, POLICY).reason == "stopped 10 s while 2 users wait for mig-1g-10gb"
+
+
+def test_keep_until_is_honoured_and_does_not_use_up_a_waiter() -> None:
+    kept = stopped(claim="gpu-kept", stopped_since=T0 - 600, keep_until=T0 + H)
+    other, w = stopped(claim="gpu-other"), waiter()
+    mark_contention([kept, other, w], T0 + 10)
+    assert (kept.waiters, other.waiters) == (0, 1)
+    assert decide(kept, T0 + 10, POLICY).action == NONE
+
+
+def test_contended_keep_off_or_per_profile() -> None:
+    s, w = stopped(), waiter()
+    mark_contention([s, w], T0 + 400)
+    off = Policy(RULES.merged({"stopped_keep_contended": 0}))
+    assert decide(s, T0 + 400, off).action == NONE
+    per = Policy(RULES, per_profile={"mig-1g-10gb": {"stopped_keep_contended": 1800}})
+    assert decide(s, T0 + 400, per).action == NONE
+    assert decide(s, T0 + 1500, per).action == WARN

@@ -29,6 +29,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--idle-limit", type=float, default=7200, help="cull after notebook AND GPU idle this long"
     )
+    ap.add_argument(
+        "--stopped-keep-contended",
+        type=float,
+        default=300,
+        help="keep a stopped server's GPU only this long while another user waits for that profile (0: off)",
+    )
+    ap.add_argument(
+        "--gpu-idle-limit",
+        type=float,
+        default=14400,
+        help="cull after the GPU alone was idle this long, even with notebook activity (0: off)",
+    )
     ap.add_argument("--max-age", type=float, default=0, help="end any session this old (0: off)")
     ap.add_argument("--warn-before", type=float, default=900, help="warn this long before a cull")
     ap.add_argument("--orphan-grace", type=float, default=300, help="release orphan claims this old")
@@ -43,7 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         per_profile = json.loads(args.per_profile)
-        rules = Rules(args.stopped_keep, args.idle_limit, args.max_age, args.warn_before, args.orphan_grace)
+        rules = Rules(
+            stopped_keep=args.stopped_keep,
+            idle_limit=args.idle_limit,
+            max_age=args.max_age,
+            warn_before=args.warn_before,
+            orphan_grace=args.orphan_grace,
+            stopped_keep_contended=args.stopped_keep_contended,
+            gpu_idle_limit=args.gpu_idle_limit,
+        )
         policy = Policy(rules, per_profile, args.dry_run)
         for profile in per_profile:
             policy.for_profile(profile)

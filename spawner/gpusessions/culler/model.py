@@ -51,6 +51,9 @@ class Session:
     holder: str | None = None
     holder_ip: str | None = None
     holder_restarts: int = 0
+    holder_phase: str | None = None  # Pending while the scheduler finds no device for the claim
+    holder_started: float | None = None  # latest container start (the agent forgets last_busy)
+    deleting: bool = False  # the claim is being deleted (a finalizer holds it a moment)
     # from the hub
     hub_user: bool = False
     hub_server: bool = False
@@ -67,6 +70,8 @@ class Session:
     keep_until: float | None = None
     warned_at: float | None = None
     stopped_since: float | None = None
+    # from the other sessions (contention.py): users waiting for this stopped session's size
+    waiters: int = 0
 
     @property
     def key(self) -> str:
@@ -109,6 +114,7 @@ def session_from_claim(claim: Obj) -> Session:
         queue=(md.get("labels") or {}).get(L.QUEUE_LABEL, ""),
         created=parse_time(md.get("creationTimestamp")),
         allocated=bool(allocation(claim)),
+        deleting=bool(md.get("deletionTimestamp")),
         node=allocated_node(claim),
         devices=[f"{p}/{d}" for _, p, d in allocated_devices(claim)],
         keep_until=_ts(ann.get(KEEP_UNTIL)),
@@ -146,9 +152,13 @@ def join(claims: list[Obj], holders: list[Obj], hub_users: list[Obj]) -> tuple[l
             st = h.get("status") or {}
             s.holder = h["metadata"]["name"]
             s.holder_ip = st.get("podIP")
-            s.holder_restarts = sum(
-                int(cs.get("restartCount", 0)) for cs in st.get("containerStatuses") or []
-            )
+            statuses = st.get("containerStatuses") or []
+            s.holder_restarts = sum(int(cs.get("restartCount", 0)) for cs in statuses)
+            s.holder_phase = st.get("phase")
+            started = [
+                parse_time(((cs.get("state") or {}).get("running") or {}).get("startedAt")) for cs in statuses
+            ]
+            s.holder_started = max((t for t in started if t is not None), default=None)
         u = users.get(s.user or "")
         if u is not None:
             s.hub_user = True

@@ -1,11 +1,17 @@
 """What to do with a session now: the culling policy (pure).
 
 - A stopped server's kept GPU is released `stopped_keep` seconds after the
-  culler first saw it stopped.
+  culler first saw it stopped; only `stopped_keep_contended` seconds (0: off)
+  while another user waits for a GPU of that profile (see contention.py); that
+  warning stands at least min(warn_before, stopped_keep_contended).
 - A running session is culled (server stopped, GPU released) when it has been
   idle for `idle_limit`: idle means BOTH no notebook activity (the hub's
   last_activity) AND no GPU activity (the agent's last busy time). A training
   job that keeps the GPU busy with the browser closed is never idle.
+- `gpu_idle_limit` (0: off): a running session whose GPU alone has been idle
+  that long is culled even though the notebook shows activity (a tab left
+  open keeps reporting activity to the hub). A busy GPU, or one whose agent
+  does not answer, is never culled by it.
 - `max_age` (0: off) ends any session that old.
 - Every cull is announced first: a warning at least `warn_before` seconds
   before it; activity after the warning clears it.
@@ -43,6 +49,8 @@ class Rules:
     max_age: float = 0.0
     warn_before: float = 900.0
     orphan_grace: float = 300.0
+    stopped_keep_contended: float = 300.0
+    gpu_idle_limit: float = 14400.0
 
     def merged(self, override: dict[str, Any]) -> Rules:
         known = {f.name for f in dataclasses.fields(self)}
@@ -67,6 +75,7 @@ class Decision:
     action: str
     reason: str
     at: float | None = None  # when the cull will happen (for warnings and the page)
+    rule: str = ""  # what decided it: idle, gpu-idle, max-age, stopped, stopped-contended
 
 
 def _dur(seconds: float) -> str:
@@ -86,6 +95,19 @@ def _idle_since(s: Session) -> float | None:
     return max(marks) if marks else None
 
 
+def _gpu_idle_since(s: Session) -> float | None:
+    """Since when the GPU alone has been idle (None: busy now, or no reliable reading)."""
+    if s.gpu_busy_now or not s.gpu_known or any(d.get("error") for d in s.gpu):
+        return None
+    # The agent forgets its last busy time when it restarts: count from that start at the earliest.
+    marks = [t for t in (s.gpu_last_busy, s.created, s.holder_started) if t is not None]
+    return max(marks) if marks else None
+
+
+def _users(n: int) -> str:
+    return "1 user waits" if n == 1 else f"{n} users wait"
+
+
 def decide(s: Session, now: float, policy: Policy) -> Decision:
     r = policy.for_profile(s.profile)
     if s.node_gone:
@@ -103,35 +125,48 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         return Decision(NONE, f"server is {s.pending}")
 
     deadline: float | None = None
-    why = ""
+    why = rule = ""
+    lead = r.warn_before  # how long a warning stands before the cull
     if s.running:
         if s.stopped_since is not None:
             return Decision(CLEAR_STOPPED, "server runs again")
         idle = _idle_since(s)
         if idle is not None:
-            deadline, why = idle + r.idle_limit, f"notebook and GPU idle for {_dur(now - idle)}"
+            deadline, why, rule = idle + r.idle_limit, f"notebook and GPU idle for {_dur(now - idle)}", "idle"
+        gpu_idle = _gpu_idle_since(s) if r.gpu_idle_limit > 0 else None
+        if gpu_idle is not None and (deadline is None or gpu_idle + r.gpu_idle_limit < deadline):
+            open_tab = s.notebook_last_activity is not None and s.notebook_last_activity > gpu_idle
+            why = f"GPU idle for {_dur(now - gpu_idle)}" + (
+                " although the notebook is open" if open_tab else ""
+            )
+            deadline, rule = gpu_idle + r.gpu_idle_limit, "gpu-idle"
         if r.max_age > 0 and s.created is not None and (deadline is None or s.created + r.max_age < deadline):
             deadline, why = s.created + r.max_age, f"older than the maximum age ({_dur(r.max_age)})"
+            rule = "max-age"
         final = CULL
     else:
         if s.stopped_since is None:
             return Decision(MARK_STOPPED, "server stopped: the GPU is kept for a while")
-        deadline, why = (
-            s.stopped_since + r.stopped_keep,
-            f"server stopped {_dur(now - s.stopped_since)} ago",
-        )
+        keep, rule = r.stopped_keep, "stopped"
+        why = f"server stopped {_dur(now - s.stopped_since)} ago"
+        if s.waiters and 0 < r.stopped_keep_contended < r.stopped_keep:
+            keep, rule = r.stopped_keep_contended, "stopped-contended"
+            lead = min(r.warn_before, keep)
+            why = f"stopped {_dur(now - s.stopped_since)} while {_users(s.waiters)} for {s.profile}"
+        deadline = s.stopped_since + keep
         final = RELEASE
 
+    again = "active again" if s.running else "no longer due (nobody waits for this size now)"
     if deadline is None:
         if s.warned_at is not None:
-            return Decision(UNWARN, "active again")
+            return Decision(UNWARN, again)
         return Decision(NONE, "active")
-    if now < deadline - r.warn_before:
+    if now < deadline - lead:
         if s.warned_at is not None:
-            return Decision(UNWARN, "active again")
-        return Decision(NONE, why or "within limits", deadline)
+            return Decision(UNWARN, again)
+        return Decision(NONE, why or "within limits", deadline, rule)
     if s.warned_at is None:
-        return Decision(WARN, why, max(deadline, now + r.warn_before))
-    if now >= deadline and now - s.warned_at >= r.warn_before:
-        return Decision(final, why, deadline)
-    return Decision(NONE, f"warned; {why}", max(deadline, s.warned_at + r.warn_before))
+        return Decision(WARN, why, max(deadline, now + lead), rule)
+    if now >= deadline and now - s.warned_at >= lead:
+        return Decision(final, why, deadline, rule)
+    return Decision(NONE, f"warned; {why}", max(deadline, s.warned_at + lead), rule)

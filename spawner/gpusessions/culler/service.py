@@ -24,6 +24,7 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from ..claims import AGENT_PORT
+from .contention import mark_contention
 from .hub import HubAPI
 from .kube import ClusterSide
 from .model import CULL_AT, CULL_REASON, KEEP_UNTIL, STOPPED_SINCE, WARNED_AT, Session, iso, join, parse_time
@@ -56,7 +57,8 @@ class Culler:
     sessions: list[Session] = field(default_factory=list)
     decisions: dict[str, Decision] = field(default_factory=dict)
     actions: Counter[str] = field(default_factory=Counter)
-    culls: Counter[str] = field(default_factory=Counter)  # by reason: idle, max-age, stopped, orphan, admin
+    # by reason: idle, gpu-idle, max-age, stopped, stopped-contended, orphan, node-gone, admin
+    culls: Counter[str] = field(default_factory=Counter)
     idle_gpu_seconds: dict[str, float] = field(default_factory=dict)  # by profile
     cycles: int = 0
     last_cycle: float | None = None
@@ -104,6 +106,7 @@ class Culler:
                 if s.allocated and not s.gpu_busy_now:
                     held = dt * max(1, len(s.devices))
                     self.idle_gpu_seconds[s.profile] = self.idle_gpu_seconds.get(s.profile, 0.0) + held
+        mark_contention(sessions, now)
         out = []
         for s in sessions:
             d = decide(s, now, self.policy)
@@ -151,7 +154,7 @@ class Culler:
                 {WARNED_AT: str(now), CULL_AT: str(d.at or now), CULL_REASON: d.reason[:200]},
             )
         elif d.action == CULL:
-            self.culls["max-age" if "maximum age" in d.reason else "idle"] += 1
+            self.culls[d.rule or "idle"] += 1
             await self.hub.stop_server(s.user or "", s.server or "")
             await self.cluster.release(s.namespace, s.claim, s.holder)
         elif d.action == NODE_GONE:
@@ -160,7 +163,7 @@ class Culler:
                 await self.hub.stop_server(s.user or "", s.server or "")
             await self.cluster.release(s.namespace, s.claim, s.holder)
         elif d.action in (RELEASE, ORPHAN):
-            self.culls["stopped" if d.action == RELEASE else "orphan"] += 1
+            self.culls[(d.rule or "stopped") if d.action == RELEASE else "orphan"] += 1
             await self.cluster.release(s.namespace, s.claim, s.holder)
 
     def describe(self, now: float | None = None) -> list[Obj]:
@@ -196,6 +199,7 @@ class Culler:
                     "queue": s.queue or None,
                     "keep_until": iso(s.keep_until),
                     "warned_at": iso(s.warned_at),
+                    "waiters": s.waiters,
                     "decision": d.action,
                     "reason": d.reason,
                     "cull_at": iso(d.at),

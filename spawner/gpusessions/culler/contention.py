@@ -1,0 +1,55 @@
+"""Who waits for a GPU that a stopped session keeps (pure).
+
+A waiter is a session whose server is starting (the hub says pending spawn), whose claim is
+not allocated and whose holder pod is Pending: the scheduler found no free device for it. A
+stopped session's kept device could serve it when both have the same profile (the claim's
+`gpusessions.io/profile` annotation): same profile, same device request. The DeviceClass
+alone would be too coarse (`mig.nvidia.com` covers every MIG size).
+
+Only as many stopped sessions as there are waiters of their profile are marked contended,
+those stopped longest first: one waiter does not cost three users their kept GPUs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .model import Session
+
+
+def is_waiter(s: Session) -> bool:
+    return (
+        s.hub_server
+        and s.pending == "spawn"
+        and not s.allocated
+        and not s.deleting
+        and s.holder is not None
+        and s.holder_phase == "Pending"
+        and bool(s.profile)
+    )
+
+
+def _kept(s: Session, now: float) -> bool:
+    """A stopped server's kept GPU that the culler may release (not exempt, not going already)."""
+    return (
+        s.hub_server
+        and not s.running
+        and not s.pending
+        and s.allocated
+        and not s.deleting
+        and not s.node_gone
+        and s.stopped_since is not None
+        and (s.keep_until is None or s.keep_until <= now)
+    )
+
+
+def mark_contention(sessions: list[Session], now: float) -> Counter[str]:
+    """Set `waiters` on the stopped sessions whose GPU a waiter could use; returns waiters by profile."""
+    waiters = Counter(s.profile for s in sessions if is_waiter(s))
+    left = Counter(waiters)
+    for s in sorted((s for s in sessions if _kept(s, now)), key=lambda s: s.stopped_since or 0.0):
+        s.waiters = 0
+        if left[s.profile] > 0:
+            left[s.profile] -= 1
+            s.waiters = waiters[s.profile]
+    return waiters
