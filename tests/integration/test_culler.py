@@ -16,7 +16,7 @@ from localcluster import waits
 from localcluster.hubproc import Hub, free_port, start_hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import GPU_HUB_CONFIG, process_env, spawn, stop
+from .hubtools import GPU_HUB_CONFIG, process_env, spawn, start, stop, wait_ready
 
 pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
@@ -35,11 +35,13 @@ def culler_hub(
     dry_run: bool = False,
     ports: tuple[int, int, int] | None = None,
     args: tuple[str, ...] = (),
+    config: str = "",
 ) -> Hub:
-    """A GPU hub with the culler service; `args` are added to (and override) its flags."""
+    """A GPU hub with the culler service; `args` are added to (and override) its flags;
+    `config` is added to the hub's config."""
     extra = ', "--dry-run"' if dry_run else ""
     extra += "".join(f", {a!r}" for a in args)
-    cfg = GPU_HUB_CONFIG.format(namespace=namespace) + CULLER.format(port=free_port(), extra=extra)
+    cfg = GPU_HUB_CONFIG.format(namespace=namespace) + CULLER.format(port=free_port(), extra=extra) + config
     return start_hub(cfg, workdir, ports=ports)
 
 
@@ -254,5 +256,69 @@ def test_agents_answer_only_the_culler_token(api: KubeAPI, namespace: str, tmp_p
         view = waits.wait_for(lambda: sessions(hub).get("gpu-alma", {}).get("gpu"), 30, "GPU readings")
         assert view[0]["uuid"].startswith("MIG-")
         assert not sessions(hub)["gpu-alma"]["gpu_error"]
+    finally:
+        hub.stop()
+
+
+def _static_slice(api: KubeAPI, profile: str) -> tuple[str, str]:
+    """(uuid, parent uuid) of a static MIG slice of that profile (dynamic ones have no uuid)."""
+    for sl in api.list("ResourceSlice")["items"]:
+        for d in sl["spec"].get("devices") or []:
+            attrs = {k: next(iter(v.values())) for k, v in (d.get("attributes") or {}).items()}
+            if attrs.get("type") == "mig" and attrs.get("uuid") and attrs.get("profile") == profile:
+                return attrs["uuid"], attrs["parentUUID"]
+    raise AssertionError(f"no static {profile} slice on this cluster")
+
+
+def _device(api: KubeAPI, ns: str, claim: str) -> str | None:
+    obj = api.get_or_none("ResourceClaim", claim, ns) or {}
+    results = ((obj.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+    return f"{results[0]['pool']}/{results[0]['device']}" if results else None
+
+
+def test_a_kept_gpu_goes_to_a_waiting_user_after_the_short_keep(
+    api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    """anna stops, keeping the only device of the size "solo"; ben's start waits for it; the
+    culler releases anna's GPU after --stopped-keep-contended (not --stopped-keep) and ben gets it."""
+    uuid, parent = _static_slice(api, "2g.20gb")
+    selector = (
+        f"device.attributes['gpu.nvidia.com'].parentUUID == {parent!r} && "
+        f"device.attributes['gpu.nvidia.com'].uuid == {uuid!r}"
+    )
+    solo = (
+        'EXTRA.append({"display_name": "The one 2g.20gb slice", "slug": "solo", "kubespawner_override": '
+        f'{{"gpu_device_class": "mig.nvidia.com", "gpu_selectors": [{selector!r}]}}}})\n'
+    )
+    args = ("--stopped-keep", "600", "--stopped-keep-contended", "4")
+    hub = culler_hub(namespace, tmp_path / "hub", args=args, config=solo)
+    try:
+        spawn(hub, "anna", {"profile": "solo"})
+        device = _device(api, namespace, "gpu-anna")
+        stop(hub, "anna")
+
+        def stopped_since() -> str | None:
+            claim = api.get("ResourceClaim", "gpu-anna", namespace)
+            return (claim["metadata"].get("annotations") or {}).get("gpusessions.io/stopped-since")
+
+        waits.wait_for(stopped_since, 20, "the culler to see anna stopped")
+        time.sleep(6)  # past the short keep, but nobody waits: anna keeps her GPU
+        assert _device(api, namespace, "gpu-anna") == device
+
+        code, body = start(hub, "ben", {"profile": "solo"})
+        assert code in (201, 202), (code, body)
+        waits.wait_for(
+            lambda: _claim_gone(api, namespace, "gpu-anna"),
+            40,
+            "anna's kept GPU to be released for ben",
+            lambda: hub.log.read_text()[-3000:],
+        )
+        wait_ready(hub, "ben", timeout=60)
+        assert _device(api, namespace, "gpu-ben") == device
+        log = hub.log.read_text()
+        why = "while 1 user waits for solo"
+        assert f"warn {namespace}/gpu-anna (anna/): stopped" in log and why in log
+        assert log.index(f"warn {namespace}/gpu-anna") < log.index(f"release {namespace}/gpu-anna")
+        assert 'gpusessions_culls_total{reason="stopped-contended"} 1' in _metrics(hub)
     finally:
         hub.stop()
