@@ -17,7 +17,8 @@ GPUSessionSpawner on the local cluster (shape small), one hub per policy, in thi
 
 (a) and (b) model the usual setup, a GPU that goes when the server stops (the profile's
 `keep_gpu_on_stop` is off); (c) runs gpusessions' defaults (a stopped server's GPU is kept for
-`--stopped-keep`, then released by the culler).
+`--stopped-keep`, or after `--stopped-keep-contended` while another user waits, then released
+by the culler; `--gpu-idle-limit` culls a session whose GPU alone stays idle behind an open tab).
 
 Capacity is scarce on purpose: the bench's only profile may use `--slots` fixed MIG slices of
 GPU 0 (3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb in that order of preference... whichever the
@@ -212,6 +213,8 @@ class Limits:
     interval: float = 0.05  # (c) --interval: 3 min (our default is 1 min; coarser here to save CPU)
     warn_before: float = 0.25  # (c) --warn-before: our default, 15 min
     stopped_keep: float = 1.0  # (c) --stopped-keep: our default, 1 h
+    stopped_keep_contended: float = 300 / 3600  # (c) --stopped-keep-contended: our default, 5 min
+    gpu_idle: float = 4.0  # (c) --gpu-idle-limit: our default, 4 h
 
 
 def hub_config(policy: str, namespace: str, selector: str, limits: Limits, scale: float) -> str:
@@ -230,6 +233,10 @@ def hub_config(policy: str, namespace: str, selector: str, limits: Limits, scale
             f"{limits.warn_before * scale:g}",
             "--stopped-keep",
             f"{limits.stopped_keep * scale:g}",
+            "--stopped-keep-contended",
+            f"{limits.stopped_keep_contended * scale:g}",
+            "--gpu-idle-limit",
+            f"{limits.gpu_idle * scale:g}",
             "--orphan-grace",
             "3",
         ]
