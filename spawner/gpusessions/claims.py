@@ -89,6 +89,22 @@ def _describe(device_class: str, count: int, selectors: tuple[str, ...]) -> str:
     return f"{count} x {what}" if count != 1 else what
 
 
+def describe_spec(spec: Obj) -> str:
+    """`GPURequest.describe()` read back from a claim's spec (as `build_claim` writes it)."""
+
+    def one(r: Obj) -> str:
+        sel = tuple(str((s.get("cel") or {}).get("expression", "")) for s in r.get("selectors") or [])
+        return _describe(str(r.get("deviceClassName", "")), int(r.get("count", 1)), sel)
+
+    requests = (spec.get("devices") or {}).get("requests") or []
+    if not requests:
+        return ""
+    r = requests[0]
+    if r.get("firstAvailable"):
+        return " or ".join(one(a) for a in r["firstAvailable"])
+    return one(r.get("exactly") or r)
+
+
 def build_claim(
     name: str,
     namespace: str,

@@ -267,16 +267,20 @@ def test_both_idle_keeps_the_idle_reason() -> None:
 
 # -- a stopped server's kept GPU while others wait for that size ---------------------------------
 def stopped(**kw: object) -> Session:
-    base: dict[str, object] = dict(profile="mig-1g-10gb", running=False, stopped_since=T0)
+    base: dict[str, object] = dict(
+        profile="mig-1g-10gb", request="h1g", size="MIG 1g.10gb", running=False, stopped_since=T0
+    )
     base.update(kw)
     return running(**base)
 
 
-def waiter(user: str = "b", profile: str = "mig-1g-10gb", **kw: object) -> Session:
+def waiter(user: str = "b", profile: str = "mig-1g-10gb", request: str = "h1g", **kw: object) -> Session:
     base: dict[str, object] = dict(
         claim=f"gpu-{user}",
         user=user,
         profile=profile,
+        request=request,
+        size="MIG 1g.10gb",
         allocated=False,
         running=False,
         pending="spawn",
@@ -302,7 +306,7 @@ def test_a_waiter_for_the_same_profile_shortens_the_keep() -> None:
     # The warning stands min(warn_before, stopped_keep_contended) = 300 s.
     d = decide(s, T0 + 10, POLICY)
     assert d.action == WARN and d.rule == "stopped-contended" and d.at == T0 + 310
-    assert d.reason == "stopped 10 s while 1 user waits for mig-1g-10gb"
+    assert d.reason == "stopped 10 s while 1 user waits for MIG 1g.10gb"
     s.warned_at = T0 + 10
     assert decide(s, T0 + 309, POLICY).action == NONE
     d = decide(s, T0 + 310, POLICY)
@@ -314,12 +318,29 @@ def test_a_session_stopped_long_ago_is_still_warned_first() -> None:
     mark_contention([s, w], T0 + 2000)
     d = decide(s, T0 + 2000, POLICY)
     assert d.action == WARN and d.at == T0 + 2300
-    assert d.reason == "stopped 33 min while 1 user waits for mig-1g-10gb"
+    assert d.reason == "stopped 33 min while 1 user waits for MIG 1g.10gb"
 
 
 def test_a_waiter_for_another_size_does_not_count() -> None:
     s = stopped()
-    mark_contention([s, waiter(profile="whole-gpu")], T0 + 400)
+    mark_contention([s, waiter(profile="whole-gpu", request="hwhole")], T0 + 400)
+    assert s.waiters == 0
+    # Same profile, another request (a profile option chose 2 devices): not the same size either.
+    mark_contention([s, waiter(request="h1g-x2")], T0 + 400)
+    assert s.waiters == 0
+
+
+def test_the_request_not_the_profile_name_decides() -> None:
+    # A spawn without options (the default profile) leaves the profile annotation empty.
+    s, w = stopped(profile=""), waiter(profile="")
+    mark_contention([s, w], T0 + 10)
+    assert s.waiters == 1
+    # Claims without the request hash fall back on the profile.
+    s, w = stopped(request=""), waiter(request="")
+    mark_contention([s, w], T0 + 10)
+    assert s.waiters == 1
+    s, w = stopped(request="", profile=""), waiter(request="", profile="")
+    mark_contention([s, w], T0 + 10)
     assert s.waiters == 0
     assert decide(s, T0 + 400, POLICY).action == NONE
 
@@ -356,7 +377,7 @@ def test_one_waiter_costs_one_kept_gpu_the_longest_stopped_first() -> None:
     two = waiter(user="c")
     mark_contention([new, old, w, two], T0 + 10)
     assert (old.waiters, new.waiters) == (2, 2)
-    assert decide(new, T0 + 10, POLICY).reason == "stopped 10 s while 2 users wait for mig-1g-10gb"
+    assert decide(new, T0 + 10, POLICY).reason == "stopped 10 s while 2 users wait for MIG 1g.10gb"
 
 
 def test_keep_until_is_honoured_and_does_not_use_up_a_waiter() -> None:
@@ -375,3 +396,21 @@ def test_contended_keep_off_or_per_profile() -> None:
     per = Policy(RULES, per_profile={"mig-1g-10gb": {"stopped_keep_contended": 1800}})
     assert decide(s, T0 + 400, per).action == NONE
     assert decide(s, T0 + 1500, per).action == WARN
+
+
+def test_the_size_in_words_comes_from_the_claim_spec() -> None:
+    from gpusessions.claims import Alternative, GPURequest, build_claim, describe_spec
+
+    one_g = "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
+    for req in (
+        GPURequest("mig.nvidia.com", 1, (one_g,)),
+        GPURequest("gpu.nvidia.com", 2),
+        GPURequest(
+            first_available=(Alternative("mig.nvidia.com", 1, (one_g,)), Alternative("gpu.nvidia.com"))
+        ),
+    ):
+        claim = build_claim("gpu-a", "ns", req, "a", "")
+        assert describe_spec(claim["spec"]) == req.describe()
+        s = join([claim], [], [])[0][0]
+        assert (s.request, s.size) == (req.hash(), req.describe())
+    assert describe_spec({}) == ""

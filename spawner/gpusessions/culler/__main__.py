@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         "--stopped-keep-contended",
         type=float,
         default=300,
-        help="keep a stopped server's GPU only this long while another user waits for that profile (0: off)",
+        help="keep a stopped server's GPU only this long while someone waits for that GPU size (0: off)",
     )
     ap.add_argument(
         "--gpu-idle-limit",

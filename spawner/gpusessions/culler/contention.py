@@ -2,11 +2,13 @@
 
 A waiter is a session whose server is starting (the hub says pending spawn), whose claim is
 not allocated and whose holder pod is Pending: the scheduler found no free device for it. A
-stopped session's kept device could serve it when both have the same profile (the claim's
-`gpusessions.io/profile` annotation): same profile, same device request. The DeviceClass
-alone would be too coarse (`mig.nvidia.com` covers every MIG size).
+stopped session's kept device could serve it when both claims make the same device request:
+the same `gpusessions.io/request-hash` annotation (the hash of the claim's spec: device
+class, count, selectors, alternatives), which is what the same profile gives. The profile
+annotation alone is empty for a spawn without options (the default profile), and the
+DeviceClass alone is too coarse (`mig.nvidia.com` covers every MIG size).
 
-Only as many stopped sessions as there are waiters of their profile are marked contended,
+Only as many stopped sessions as there are waiters for their request are marked contended,
 those stopped longest first: one waiter does not cost three users their kept GPUs.
 """
 
@@ -17,6 +19,10 @@ from collections import Counter
 from .model import Session
 
 
+def request_key(s: Session) -> str:
+    return s.request or (f"profile:{s.profile}" if s.profile else "")
+
+
 def is_waiter(s: Session) -> bool:
     return (
         s.hub_server
@@ -25,7 +31,7 @@ def is_waiter(s: Session) -> bool:
         and not s.deleting
         and s.holder is not None
         and s.holder_phase == "Pending"
-        and bool(s.profile)
+        and bool(request_key(s))
     )
 
 
@@ -44,12 +50,13 @@ def _kept(s: Session, now: float) -> bool:
 
 
 def mark_contention(sessions: list[Session], now: float) -> Counter[str]:
-    """Set `waiters` on the stopped sessions whose GPU a waiter could use; returns waiters by profile."""
-    waiters = Counter(s.profile for s in sessions if is_waiter(s))
+    """Set `waiters` on the stopped sessions whose GPU a waiter could use; returns waiters by request."""
+    waiters = Counter(request_key(s) for s in sessions if is_waiter(s))
     left = Counter(waiters)
     for s in sorted((s for s in sessions if _kept(s, now)), key=lambda s: s.stopped_since or 0.0):
         s.waiters = 0
-        if left[s.profile] > 0:
-            left[s.profile] -= 1
-            s.waiters = waiters[s.profile]
+        key = request_key(s)
+        if key and left[key] > 0:
+            left[key] -= 1
+            s.waiters = waiters[key]
     return waiters

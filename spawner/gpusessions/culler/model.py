@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import labels as L
-from ..claims import allocated_devices, allocated_node, allocation
+from ..claims import allocated_devices, allocated_node, allocation, describe_spec
 
 Obj = dict[str, Any]
 KEEP_UNTIL = "gpusessions.io/keep-until"
@@ -43,6 +43,8 @@ class Session:
     user: str | None
     server: str | None
     profile: str = ""
+    request: str = ""  # the device request's hash (same hash: the same devices can serve it)
+    size: str = ""  # the request in words ("MIG 1g.10gb")
     queue: str = ""
     created: float | None = None
     allocated: bool = False
@@ -111,6 +113,8 @@ def session_from_claim(claim: Obj) -> Session:
         user=ann.get(L.USER_ANNOTATION),
         server=ann.get(L.SERVER_ANNOTATION),
         profile=ann.get(L.PROFILE_ANNOTATION, ""),
+        request=ann.get(L.REQUEST_HASH, ""),
+        size=describe_spec(claim.get("spec") or {}),
         queue=(md.get("labels") or {}).get(L.QUEUE_LABEL, ""),
         created=parse_time(md.get("creationTimestamp")),
         allocated=bool(allocation(claim)),

@@ -2,7 +2,7 @@
 
 - A stopped server's kept GPU is released `stopped_keep` seconds after the
   culler first saw it stopped; only `stopped_keep_contended` seconds (0: off)
-  while another user waits for a GPU of that profile (see contention.py); that
+  while another user waits for the same device request (see contention.py); that
   warning stands at least min(warn_before, stopped_keep_contended).
 - A running session is culled (server stopped, GPU released) when it has been
   idle for `idle_limit`: idle means BOTH no notebook activity (the hub's
@@ -152,7 +152,8 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         if s.waiters and 0 < r.stopped_keep_contended < r.stopped_keep:
             keep, rule = r.stopped_keep_contended, "stopped-contended"
             lead = min(r.warn_before, keep)
-            why = f"stopped {_dur(now - s.stopped_since)} while {_users(s.waiters)} for {s.profile}"
+            size = s.size or s.profile or "this size"
+            why = f"stopped {_dur(now - s.stopped_since)} while {_users(s.waiters)} for {size}"
         deadline = s.stopped_since + keep
         final = RELEASE
 
