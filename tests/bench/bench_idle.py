@@ -563,6 +563,12 @@ def main() -> int:
     ap.add_argument("--scale", type=float, default=20.0, help="real seconds per simulated hour")
     ap.add_argument("--seed", type=int, default=TraceParams.seed)
     ap.add_argument("--policies", default=",".join(POLICIES), help="a subset, for trying things out")
+    ap.add_argument(
+        "--gpu-idle-limit",
+        type=float,
+        default=Limits.gpu_idle,
+        help="(c) --gpu-idle-limit in simulated hours (default: our default, 4 h)",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     try:
@@ -571,7 +577,7 @@ def main() -> int:
         print("needs jupyterhub-idle-culler: .venv/bin/pip install jupyterhub-idle-culler", file=sys.stderr)
         return 2
     params = TraceParams(users=args.users, hours=args.hours, seed=args.seed)
-    limits = Limits()
+    limits = Limits(gpu_idle=args.gpu_idle_limit)
     trace = generate(params)
     policies = [p for p in args.policies.split(",") if p]
 
@@ -620,6 +626,7 @@ def main() -> int:
     cmd = (
         f"tests/bench/bench_idle.py --users {args.users} --hours {args.hours:g} --slots {args.slots} "
         f"--scale {args.scale:g} --seed {args.seed}"
+        + (f" --gpu-idle-limit {args.gpu_idle_limit:g}" if args.gpu_idle_limit != Limits.gpu_idle else "")
     )
     out: dict[str, Any] = {
         "command": cmd,

@@ -135,10 +135,10 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
             deadline, why, rule = idle + r.idle_limit, f"notebook and GPU idle for {_dur(now - idle)}", "idle"
         gpu_idle = _gpu_idle_since(s) if r.gpu_idle_limit > 0 else None
         if gpu_idle is not None and (deadline is None or gpu_idle + r.gpu_idle_limit < deadline):
-            open_tab = s.notebook_last_activity is not None and s.notebook_last_activity > gpu_idle
-            why = f"GPU idle for {_dur(now - gpu_idle)}" + (
-                " although the notebook is open" if open_tab else ""
-            )
+            why = f"GPU idle for {_dur(now - gpu_idle)}"
+            nb = s.notebook_last_activity
+            if nb is not None and nb > gpu_idle:
+                why += f" although the notebook was active {_dur(now - nb)} ago"
             deadline, rule = gpu_idle + r.gpu_idle_limit, "gpu-idle"
         if r.max_age > 0 and s.created is not None and (deadline is None or s.created + r.max_age < deadline):
             deadline, why = s.created + r.max_age, f"older than the maximum age ({_dur(r.max_age)})"
