@@ -9,7 +9,7 @@ CACHE := .cache
 SHAPE ?= demo
 export PYTHONPATH := $(CURDIR)/devcluster
 
-.PHONY: help venv node-deps browser-deps devcluster-build helm-build cluster cluster-down cluster-status lint unit test fuzz demo demo-down clean
+.PHONY: help venv node-deps browser-deps devcluster-build helm-build cluster cluster-down cluster-status lint unit test fuzz bench demo demo-down clean
 
 help:
 	@echo "make demo          start the local simulated GPU cluster and JupyterHub, print the URL"
@@ -18,6 +18,7 @@ help:
 	@echo "make cluster SHAPE=<name>   start only the local cluster (shapes: devcluster/shapes/)"
 	@echo "make cluster-down  stop the local cluster"
 	@echo "make fuzz SEED=<n> OPS=<n>   the lifecycle fuzzer alone (tests/fuzz/lifecycle.py)"
+	@echo "make bench         every benchmark (tests/bench/bench_*.py); writes docs/benchmarks.json"
 
 # --- Python virtual environment (.venv) -------------------------------------
 $(VENV)/.installed: pyproject.toml
@@ -93,6 +94,13 @@ OPS ?= 500
 USERS ?= 20
 fuzz: venv node-deps devcluster-build
 	@$(BIN)/python -m tests.fuzz.lifecycle --seed $(SEED) --ops $(OPS) --users $(USERS)
+
+# Every benchmark with its default arguments (tests/bench/run_all.py): results to
+# docs/benchmarks.json, commands and dates to docs/benchmarks.md. ONLY=a,b or SKIP=a,b to choose.
+ONLY ?=
+SKIP ?=
+bench: venv node-deps devcluster-build
+	@$(BIN)/python tests/bench/run_all.py --only "$(ONLY)" --skip "$(SKIP)"
 
 # --- the demo ------------------------------------------------------------------------
 demo: venv node-deps devcluster-build

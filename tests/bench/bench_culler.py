@@ -1,6 +1,6 @@
 """Benchmark: one culler cycle over 10,000 GPU sessions.
 
-    .venv/bin/python tests/bench/bench_culler.py [--sessions 10000]
+    .venv/bin/python tests/bench/bench_culler.py [--sessions 10000] [--json out.json]
 
 Runs `Culler.cycle()` (join claims, holders and hub users; decide; act) on
 in-memory stand-ins for the watch caches, the hub API (pages of 200 users,
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
@@ -126,6 +127,7 @@ def world(n: int, now: float) -> tuple[dict[str, Any], dict[str, Any], list[Any]
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=10000)
+    ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     now = time.time()
     claims, holders, users, gpu = world(args.sessions, now)
@@ -151,6 +153,22 @@ def main() -> int:
         f"| {len(decided)} | {cpu * 1000:.0f} ms | {hub.calls} | {cluster.calls} (no list: watches) "
         f"| {actions} | {describe_cpu * 1000:.0f} ms for {len(rows)} rows |"
     )
+    if args.json:
+        figures = {
+            "sessions": len(decided),
+            "cycle_cpu_ms": round(cpu * 1000, 1),
+            "hub_api_calls": hub.calls,
+            "kubernetes_api_calls": cluster.calls,
+            "actions": actions,
+            "sessions_json_ms": round(describe_cpu * 1000, 1),
+            "sessions_json_rows": len(rows),
+        }
+        doc = {
+            "command": f"tests/bench/bench_culler.py --sessions {args.sessions}",
+            "date": time.strftime("%Y-%m-%d"),
+            "figures": figures,
+        }
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 

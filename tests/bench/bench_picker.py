@@ -1,6 +1,6 @@
 """Benchmark: the picker on a simulated 1,000-node x 8-GPU cluster.
 
-    .venv/bin/python tests/bench/bench_picker.py [--nodes 1000] [--views 200]
+    .venv/bin/python tests/bench/bench_picker.py [--nodes 1000] [--views 200] [--json out.json]
 
 Builds the ResourceSlices of 1,000 nodes (each: 2 whole H100, 2 H100 as
 7 x 1g.10gb, 2 H100 as 3g.40gb + 2g.20gb + 2 x 1g.10gb, 2 partitionable H100)
@@ -22,6 +22,7 @@ Prints a Markdown table; docs/benchmarks.md holds the last run.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import sys
@@ -109,6 +110,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--views", type=int, default=200)
+    ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     slices, classes = cluster(args.nodes)
     devices = sum(len(s["spec"].get("devices") or []) for s in slices)
@@ -164,6 +166,24 @@ def main() -> int:
     for f in figs:
         if f["state"] != "cpu":
             print(f"<!-- {f['slug']}: {f['free']} of {f['total']} free -->")
+    if args.json:
+        figures = {
+            "nodes": args.nodes,
+            "devices": devices,
+            "allocated_claims": len(claims),
+            "slices_changed_ms": round(recompute * 1000, 2),
+            "first_view_ms": round(first_view * 1000, 2),
+            "claim_changed_ms": round(claim_change * 1000, 2),
+            "view_first_quarter_ms": round(first_q * 1000, 3),
+            "view_last_quarter_ms": round(last_q * 1000, 3),
+            "ratio_last_over_first_quarter": round(last_q / first_q, 3),
+        }
+        doc = {
+            "command": f"tests/bench/bench_picker.py --nodes {args.nodes} --views {args.views}",
+            "date": time.strftime("%Y-%m-%d"),
+            "figures": figures,
+        }
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 
