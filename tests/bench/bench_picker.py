@@ -99,7 +99,9 @@ def claims_for(slices: list[dict[str, Any]], fraction: float, seed: int = 1) -> 
 
 
 def spawner_stub() -> Any:
-    return SimpleNamespace(gpu_device_class="", gpu_count=1, gpu_selectors=[], gpu_first_available=[])
+    return SimpleNamespace(
+        gpu_device_class="", gpu_count=1, gpu_selectors=[], gpu_first_available=[], gpu_size=None
+    )
 
 
 def ms(seconds: float) -> str:
