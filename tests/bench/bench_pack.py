@@ -1,6 +1,6 @@
 """Benchmark: packing GPU sessions with MIG vs one whole GPU per user vs the optimum.
 
-    .venv/bin/python tests/bench/bench_pack.py [--nodes 100] [--optimum-nodes 1000] [--seed 1]
+    .venv/bin/python tests/bench/bench_pack.py [--nodes 50] [--optimum-nodes 1000] [--seed 1]
         [--mix mig-1g-10gb=60,mig-3g-40gb=25,gpu=15] [--json out.json]
 
 A seeded random sequence of users, each asking for a size drawn from the mix,
@@ -27,7 +27,9 @@ Shapes: `demo` (devcluster/shapes/demo.yaml, 8 GPUs) and the picker
 benchmark's node layout (per node 2 whole H100, 2 H100 as 7 x 1g.10gb,
 2 H100 as 3g.40gb + 2g.20gb + 2 x 1g.10gb, 2 partitionable H100) with
 `--nodes` nodes through the scheduler and `--optimum-nodes` nodes for the
-optimum and the whole-GPU figure (computed, not scheduled).
+optimum and the whole-GPU figure (computed, not scheduled: with partitionable
+GPUs kube-scheduler 1.35 needs one to two minutes per session at 1,000 nodes
+on this machine; `--probe-sessions N` times the first N there).
 
 The bench publishes its own simulated nodes and slices (labelled
 `bench.gpusessions.io/pack`, pods select them) into the running local
@@ -301,6 +303,7 @@ def run_until_refusal(
     chunk: int,
     label: str,
     limit: int | None = None,
+    timeout: float = 600,
 ) -> Obj:
     """Place sessions in sequence order until the first refusal; what was served and allocated.
 
@@ -326,7 +329,7 @@ def run_until_refusal(
                 for i in part:  # in order: the scheduler's queue is first in, first out
                     api.create(session_pod(f"s{i:05d}", ns, f"s{i:05d}", pub.run))
                     names.append(f"s{i:05d}")
-                first = states.wait(names, timeout=600)
+                first = states.wait(names, timeout=timeout)
                 if first is not None:
                     refused_at = start + first
                     break
@@ -458,7 +461,7 @@ def scenario(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--nodes", type=int, default=100, help="fleet nodes placed by the real scheduler (0: none)"
+        "--nodes", type=int, default=50, help="fleet nodes placed by the real scheduler (0: none)"
     )
     ap.add_argument("--optimum-nodes", type=int, default=1000, help="fleet nodes for the computed figures")
     ap.add_argument("--seed", type=int, default=1)
@@ -517,7 +520,14 @@ def main() -> int:
                     api, parse_shape("fleet", rename(fleet_data(args.optimum_nodes), "pkprobe")), run
                 )
                 results[big]["scheduler_probe"] = run_until_refusal(
-                    api, pub, sequence, requests, args.chunk, "probe", limit=args.probe_sessions
+                    api,
+                    pub,
+                    sequence,
+                    requests,
+                    args.chunk,
+                    "probe",
+                    limit=args.probe_sessions,
+                    timeout=300.0 * args.probe_sessions,
                 )
     finally:
         if started:
