@@ -21,8 +21,14 @@ SINGLEUSER = "singleuser"  # run jupyterhub-singleuser (the notebook server)
 HOLDER = "holder"  # run the GPU agent (or an idle process) for holder pods
 EXEC = "exec"  # run the container's command and args as given (test image)
 NONE = "none"  # no process: only report the container as running
+# Benchmarks: no process, the runtime's one shared server answers HTTP on the pod's IP and the
+# container's first port (localcluster.fakeserve), so thousands of pods are cheap.
+FAKE_SINGLEUSER = "fake-singleuser"  # answers any request (JupyterHub counts the server up)
+FAKE_HOLDER = "fake-holder"  # answers the GPU agent's /api/status, devices idle
+FAKE_MODES = (FAKE_SINGLEUSER, FAKE_HOLDER)
 
 EXEC_IMAGE_PREFIX = "localcluster/exec"
+FAKE_IMAGE_PREFIX = "localcluster/"
 _STACKS_WRAPPERS = {
     "tini",
     "start.sh",
@@ -40,6 +46,9 @@ _STACKS_WRAPPERS = {
 def image_mode(image: str) -> str:
     if image.startswith(EXEC_IMAGE_PREFIX):
         return EXEC
+    for mode in FAKE_MODES:
+        if image.startswith(FAKE_IMAGE_PREFIX + mode):
+            return mode
     last = image.rsplit("/", 1)[-1]
     last = re.split(r"[:@]", last, maxsplit=1)[0]
     if "singleuser" in last or last.endswith("-notebook"):
@@ -81,6 +90,14 @@ def tcp_probe_port(container: Obj) -> int | None:
         return port
     for p in container.get("ports") or []:
         if port is not None and p.get("name") == port:
+            return int(p["containerPort"])
+    return None
+
+
+def first_port(container: Obj) -> int | None:
+    """The container's first containerPort (where a fake server listens)."""
+    for p in container.get("ports") or []:
+        if p.get("containerPort"):
             return int(p["containerPort"])
     return None
 

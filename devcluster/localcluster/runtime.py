@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import podspec
+from .fakeserve import FakeServers
 from .gpumodels import MigProfile
 from .kubeapi import ApiError, KubeAPI, Obj
 from .paths import SHAPES_DIR, ClusterPaths
@@ -90,7 +91,7 @@ class Container:
 
     @property
     def running(self) -> bool:
-        if self.mode == podspec.NONE:
+        if self.mode == podspec.NONE or self.mode in podspec.FAKE_MODES:
             return self.terminated is None and self.waiting_reason is None
         return self.proc is not None and self.proc.poll() is None
 
@@ -175,6 +176,7 @@ class Runtime:
         self.bin_dir = str(Path(sys.executable).parent)
         self.fake_nvml_dir = paths.root / "fake-nvml"
         self._write_fake_nvml()
+        self._fakes: FakeServers | None = None  # started with the first benchmark pod
 
     def _write_fake_nvml(self) -> None:
         """One simulated-NVML config per node (for the agent in holder pods), and the shared load file."""
@@ -193,7 +195,15 @@ class Runtime:
         for dc in device_classes():
             self.api.apply(dc)
         ts = now_iso()
+        # One list, then only what is missing or not Ready (1,000-node shapes: no call per node).
+        ready = {
+            n["metadata"]["name"]
+            for n in self.api.list("Node", label_selector=f"{NODE_LABEL}=true")["items"]
+            if _node_ready(n)
+        }
         for node in self.shape.nodes:
+            if node.name in ready:
+                continue
             if self.api.get_or_none("Node", node.name) is None:
                 with contextlib.suppress(ApiError):
                     self.api.create(build_node(node))
@@ -281,6 +291,8 @@ class Runtime:
 
     def shutdown(self) -> None:
         log.info("stopping all pod processes")
+        for r in self.pods.values():
+            self._close_fakes(r)
         procs = [c.proc for r in self.pods.values() for c in r.containers.values() if c.proc]
         for p in procs:
             _signal_group(p, signal.SIGTERM)
@@ -319,6 +331,7 @@ class Runtime:
         run = self.pods.pop(uid, None)
         self.pending.pop(uid, None)
         if run:
+            self._close_fakes(run)
             for c in run.containers.values():
                 if c.proc and c.proc.poll() is None:
                     _signal_group(c.proc, signal.SIGKILL)
@@ -338,6 +351,7 @@ class Runtime:
         run.deleting = True
         grace = int(md.get("deletionGracePeriodSeconds") or 0)
         run.kill_deadline = time.monotonic() + grace
+        self._close_fakes(run)
         for c in run.containers.values():
             c.restart_at = None
             if c.proc and c.proc.poll() is None:
@@ -445,6 +459,9 @@ class Runtime:
         cont.probed_ready = False
         if cont.mode == podspec.NONE:
             return
+        if cont.mode in podspec.FAKE_MODES:
+            self._start_fake(run, spec, cont)
+            return
         pod = run.pod
         as_root = os.geteuid() == 0
         argv = podspec.container_argv(spec, cont.mode, self.holder_argv, as_root)
@@ -507,6 +524,30 @@ class Runtime:
             dev or "-",
         )
         self._event(pod, "Started", f"Started container {cont.name} (pid {cont.proc.pid}, IP {run.ip})")
+
+    def _start_fake(self, run: PodRun, spec: Obj, cont: Container) -> None:
+        """A benchmark container: the shared server listens on the pod IP and its first port."""
+        port = podspec.first_port(spec)
+        if port is None:
+            self._fail_start(run, cont, "StartError", f"{cont.mode} needs a containerPort")
+            return
+        if self._fakes is None:
+            self._fakes = FakeServers()
+        dev = run.devices.get(cont.name)
+        try:
+            self._fakes.open(f"{run.uid}/{cont.name}", run.ip, port, cont.mode, dev.split(",") if dev else [])
+        except OSError as e:
+            self._fail_start(run, cont, "StartError", f"cannot listen on {run.ip}:{port}: {e}")
+            return
+        log.info(
+            "serving %s/%s:%s (%s) on %s:%d", run.namespace, run.name, cont.name, cont.mode, run.ip, port
+        )
+
+    def _close_fakes(self, run: PodRun) -> None:
+        if self._fakes is not None:
+            for cont in run.containers.values():
+                if cont.mode in podspec.FAKE_MODES:
+                    self._fakes.close(f"{run.uid}/{cont.name}")
 
     def _project_volumes(self, run: PodRun, spec: Obj, home: Path) -> dict[str, str]:
         """Write downwardAPI/configMap/secret volume files under the pod folder; mountPath -> folder."""
@@ -689,6 +730,11 @@ def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(p.pid, sig)
     with contextlib.suppress(OSError):
         p.send_signal(sig)
+
+
+def _node_ready(node: Obj) -> bool:
+    conds = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
 def _slice_differs(a: Obj, b: Obj) -> bool:
