@@ -62,6 +62,7 @@ class Culler:
     idle_gpu_seconds: dict[str, float] = field(default_factory=dict)  # by profile
     cycles: int = 0
     last_cycle: float | None = None
+    last_cycle_seconds: float | None = None  # wall time of the last cycle
     last_error: str | None = None
 
     async def _agent(self, s: Session) -> None:
@@ -89,6 +90,7 @@ class Culler:
 
     async def cycle(self, now: float | None = None) -> list[tuple[Session, Decision]]:
         """One pass: inventory, decisions, actions. Returns what was decided."""
+        started = time.monotonic()
         users = await self.hub.users()
         sessions, orphan_holders = join(
             list(self.cluster.claims.objects.values()), list(self.cluster.holders.objects.values()), users
@@ -122,6 +124,8 @@ class Culler:
         self.decisions = {s.key: d for s, d in out}
         self.cycles += 1
         self.last_cycle = now
+        self.last_cycle_seconds = time.monotonic() - started
+        log.info("cycle %d: %d sessions in %.3fs", self.cycles, len(sessions), self.last_cycle_seconds)
         return out
 
     def _log(self, action: str, what: str, reason: str) -> None:
@@ -241,6 +245,12 @@ class Culler:
             "# TYPE gpusessions_culler_cycles_total counter",
             f"gpusessions_culler_cycles_total {self.cycles}",
         ]
+        if self.last_cycle_seconds is not None:
+            lines += [
+                "# HELP gpusessions_culler_last_cycle_seconds Wall time of the last cycle.",
+                "# TYPE gpusessions_culler_last_cycle_seconds gauge",
+                f"gpusessions_culler_last_cycle_seconds {self.last_cycle_seconds:.3f}",
+            ]
         return "\n".join(lines) + "\n"
 
     async def keep(self, namespace: str, claim: str, until: float) -> None:
