@@ -69,6 +69,7 @@ class GPUSession:
         kernels: K.KernelSettings | None = None,
         before_create: Callable[[], Awaitable[None]] | None = None,
         extra_annotations: dict[str, str] | None = None,
+        claim_changed: Callable[[str, str, str | None, float], Awaitable[None]] | None = None,
     ):
         self.api = api
         self.n = names
@@ -81,6 +82,9 @@ class GPUSession:
         self.kernels = kernels
         self.before_create = before_create
         self.extra_annotations = extra_annotations or {}
+        # (namespace, claim, resourceVersion seen, timeout): returns when the claim changed
+        # (a watch), so waiting for the allocation needs no polling; None: poll with back-off.
+        self.claim_changed = claim_changed
         self.what = request.describe()
 
     # -- start -----------------------------------------------------------------------
@@ -358,7 +362,12 @@ class GPUSession:
                 self.log.info("GPU allocation timed out for %s: %s", self.n.claim, text)
                 await self.release(wait=False)
                 raise Refused(text, reason="gpu-timeout")
-            await asyncio.sleep(interval)
+            if self.claim_changed is not None:
+                # Woken by the watch when the claim changes; the back-off only bounds a missed event.
+                seen = (claim.get("metadata") or {}).get("resourceVersion")
+                await self.claim_changed(self.n.namespace, self.n.claim, seen, interval)
+            else:
+                await asyncio.sleep(interval)
             interval = min(interval * 1.5, max(self.poll, 5.0))
 
     # -- release -----------------------------------------------------------------------

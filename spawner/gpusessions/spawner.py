@@ -346,7 +346,18 @@ class GPUSessionSpawner(KubeSpawner):
             kernels=self._kernel_settings() if wants and self.persist_kernels else None,
             before_create=(lambda: self._check_quota(request)) if wants and quota and request else None,
             extra_annotations={Q.EQUIVALENTS_ANNOTATION: equivalents} if equivalents else None,
+            claim_changed=self._claim_changed,
         )
+
+    async def _claim_changed(self, namespace: str, name: str, seen: str | None, timeout: float) -> None:
+        """Wait until the shared claim watch sees `namespace/name` change (at most `timeout`)."""
+        from .watch import cluster_view
+
+        claims = cluster_view().claims
+        if claims.ready.is_set() and not claims.error:
+            await claims.wait_change(f"{namespace}/{name}", seen, timeout)
+        else:
+            await asyncio.sleep(timeout)
 
     # -- KAI queues ------------------------------------------------------------------------
     async def _resolve_queue(self) -> str | None:

@@ -42,6 +42,7 @@ class Cache:
         self.version = 0
         self.ready = asyncio.Event()
         self.error: str | None = None
+        self._waiters: dict[str, list[asyncio.Event]] = {}
 
     async def run(self) -> None:
         delay = 0.5
@@ -66,6 +67,7 @@ class Cache:
                         else:
                             self.objects[_key(obj)] = obj
                         self.version += 1
+                        self._wake(_key(obj))
                         self.on_change()
             except asyncio.CancelledError:
                 raise
@@ -75,6 +77,33 @@ class Cache:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30)
 
+    def _wake(self, key: str) -> None:
+        for ev in self._waiters.pop(key, ()):
+            ev.set()
+
+    async def wait_change(self, key: str, seen_version: str | None, timeout: float) -> None:
+        """Return when the object `namespace/name` changes (or is listed again), or after
+        `timeout`; at once if the cache already holds a newer version than `seen_version`."""
+        cur = self.objects.get(key)
+        if cur is not None and seen_version is not None:
+            try:
+                if int(cur["metadata"]["resourceVersion"]) > int(seen_version):
+                    return
+            except (KeyError, ValueError):
+                pass  # resourceVersions are opaque; only wait
+        ev = asyncio.Event()
+        self._waiters.setdefault(key, []).append(ev)
+        try:
+            await asyncio.wait_for(ev.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            left = [e for e in self._waiters.get(key, []) if e is not ev]
+            if left:
+                self._waiters[key] = left
+            else:
+                self._waiters.pop(key, None)
+
     async def _list(self) -> str:
         resp = await self.list_method(_preload_content=False)
         body = json.loads(await resp.read())
@@ -83,6 +112,8 @@ class Cache:
         self.objects = {_key(o): o for o in body["items"]}
         self.version += 1
         self.ready.set()
+        for key in list(self._waiters):
+            self._wake(key)
         self.on_change()
         return str(body["metadata"]["resourceVersion"])
 

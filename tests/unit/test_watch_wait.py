@@ -1,0 +1,48 @@
+"""Waiting on the shared watch for one object's change (the spawner's allocation wait)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from gpusessions.watch import Cache
+
+
+def _cache() -> Cache:
+    async def never(**_: object) -> None:
+        raise AssertionError("not listed in this test")
+
+    return Cache("resourceclaims", never, lambda: None)
+
+
+def test_wait_change_wakes_on_the_objects_event_only() -> None:
+    async def run() -> None:
+        cache = _cache()
+        cache.objects["ns/a"] = {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "5"}}
+        t0 = time.monotonic()
+        waiter = asyncio.ensure_future(cache.wait_change("ns/a", "5", 5.0))
+        await asyncio.sleep(0.05)
+        cache._wake("ns/b")  # another claim: still waiting
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        cache._wake("ns/a")
+        await asyncio.wait_for(waiter, 1.0)
+        assert time.monotonic() - t0 < 1.0
+        assert cache._waiters == {}
+
+    asyncio.run(run())
+
+
+def test_wait_change_returns_at_once_for_a_newer_cached_version_and_times_out_otherwise() -> None:
+    async def run() -> None:
+        cache = _cache()
+        cache.objects["ns/a"] = {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "7"}}
+        t0 = time.monotonic()
+        await cache.wait_change("ns/a", "5", 5.0)  # the watch already saw a later change
+        assert time.monotonic() - t0 < 0.5
+        t0 = time.monotonic()
+        await cache.wait_change("ns/a", "7", 0.2)  # nothing new: the timeout bounds the wait
+        assert 0.15 < time.monotonic() - t0 < 1.0
+        assert cache._waiters == {}
+
+    asyncio.run(run())
