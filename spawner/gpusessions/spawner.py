@@ -20,9 +20,14 @@ from typing import Any
 from jupyterhub.spawner import SpawnException
 from kubernetes_asyncio.client import (
     CoreV1ResourceClaim,
+    V1Affinity,
     V1DownwardAPIVolumeFile,
     V1DownwardAPIVolumeSource,
     V1EnvVar,
+    V1NodeAffinity,
+    V1NodeSelector,
+    V1NodeSelectorRequirement,
+    V1NodeSelectorTerm,
     V1ObjectFieldSelector,
     V1PodResourceClaim,
     V1ResourceRequirements,
@@ -642,6 +647,8 @@ class GPUSessionSpawner(KubeSpawner):
             *(container.volume_mounts or []),
             V1VolumeMount(name="gpusessions", mount_path=SESSION_FILE_DIR, read_only=True),
         ]
+        if alloc.node:
+            pin_to_node(pod, alloc.node)
 
     @validate("on_holder_loss")
     def _check_on_holder_loss(self, proposal: Any) -> str:
@@ -763,3 +770,32 @@ class GPUSessionSpawner(KubeSpawner):
         # The kept GPU outlives the stop: its names stay in the state.
         if not self.keep_gpu_on_stop:
             self._gpu_state = {}
+
+
+def pin_to_node(pod: Any, node: str) -> None:
+    """Require the claim's node in the pod's node affinity (added to every required term).
+
+    The pod can only run there anyway (the allocation's nodeSelector), but saying so lets the
+    scheduler's NodeAffinity PreFilter narrow the search to that node; otherwise its DRA
+    Filter runs on every node to find the one that fits: 1,000 evaluations per notebook pod on
+    a 1,000-node cluster, most of the scheduler's work in the scale benchmark."""
+    field = V1NodeSelectorRequirement(key="metadata.name", operator="In", values=[node])
+    spec = pod.spec
+    spec.affinity = spec.affinity or V1Affinity()
+    spec.affinity.node_affinity = spec.affinity.node_affinity or V1NodeAffinity()
+    na = spec.affinity.node_affinity
+    required = na.required_during_scheduling_ignored_during_execution
+    terms = required.node_selector_terms if required is not None else None
+    if not terms:
+        na.required_during_scheduling_ignored_during_execution = V1NodeSelector(
+            node_selector_terms=[V1NodeSelectorTerm(match_fields=[field])]
+        )
+        return
+    for term in terms:  # KubeSpawner passes configured terms through as dicts
+        if isinstance(term, dict):
+            term["matchFields"] = [
+                *(term.get("matchFields") or []),
+                {"key": "metadata.name", "operator": "In", "values": [node]},
+            ]
+        else:
+            term.match_fields = [*(term.match_fields or []), field]
