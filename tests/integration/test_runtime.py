@@ -129,3 +129,32 @@ def test_unknown_executable_is_reported_not_hidden(api: KubeAPI, namespace: str)
     term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["reason"] == "StartError"
     assert "no-such-program-xyz" in term["message"]
+
+
+def test_benchmark_images_are_served_without_a_process_and_stop_with_the_pod(
+    api: KubeAPI, namespace: str
+) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    api.create(claim("c", "mig.nvidia.com", ONE_G), namespace)
+    for name, image, port, claim_name in (
+        ("nb", "localcluster/fake-singleuser:1", 8888, None),
+        ("holder", "localcluster/fake-holder:1", 9400, "c"),
+    ):
+        pod = exec_pod(name, claim_name=claim_name)
+        main = pod["spec"]["containers"][0]
+        main["image"], main["ports"] = image, [{"containerPort": port}]
+        api.create(pod, namespace)
+    nb, holder = (waits.pod_ready(api, namespace, n) for n in ("nb", "holder"))
+    assert not [e for e in waits.events_for(api, namespace, "Pod", "nb") if "Started container" in e]
+    with urllib.request.urlopen(f"http://{nb['status']['podIP']}:8888/user/x/api", timeout=5) as r:
+        assert r.status == 200
+    with urllib.request.urlopen(f"http://{holder['status']['podIP']}:9400/api/status", timeout=5) as r:
+        devices = json.loads(r.read())["devices"]
+    assert len(devices) == 1 and devices[0]["uuid"].startswith("MIG-") and not devices[0]["busy"]
+    api.delete("Pod", "nb", namespace)
+    waits.gone(api, "Pod", "nb", namespace)
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://{nb['status']['podIP']}:8888/", timeout=2)
