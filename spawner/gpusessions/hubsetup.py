@@ -124,7 +124,8 @@ def check(doc: Any) -> Obj:
             "kai.priorityClass",
             f"one of {sorted(_PRIORITIES)}",
         )
-        queues = _keys(kai.get("queues", {}), "kai.queues", set(kai.get("queues", {}) or {}))
+        queues = kai.get("queues", {})
+        _expect(isinstance(queues, dict), "kai.queues", "must be a mapping")
         _expect(bool(queues), "kai.queues", "KAI is enabled but no queue is defined")
         groups: dict[str, str] = {}
         for q, spec in queues.items():

@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster"), str(Path(__file__).resolve().parent)]
 
 import packing  # noqa: E402
+from bench_picker import FLEET_GPUS  # noqa: E402
 
 from gpusessions.claims import GPURequest, build_claim  # noqa: E402
 from gpusessions.picker import profile_request  # noqa: E402
@@ -80,17 +81,7 @@ MIB = 1024 * 1024
 FLEET_NODE: Obj = {  # the picker benchmark's node (tests/bench/bench_picker.py)
     "cpu": "96",
     "memory": "1Ti",
-    "gpus": [
-        {"model": "H100-80GB", "count": 2},
-        {"model": "H100-80GB", "mig": "static", "layout": ["1g.10gb"] * 7, "count": 2},
-        {
-            "model": "H100-80GB",
-            "mig": "static",
-            "layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
-            "count": 2,
-        },
-        {"model": "H100-80GB", "mig": "dynamic", "count": 2},
-    ],
+    "gpus": FLEET_GPUS,
 }
 
 

@@ -40,6 +40,20 @@ from gpusessions.profiles import default_profiles  # noqa: E402
 from gpusessions.sizes import DeviceMatch, device_class  # noqa: E402
 from localcluster.shapes import build_slices, device_classes, parse_shape  # noqa: E402
 
+# Per node: 2 whole H100, 2 as 7 x 1g.10gb, 2 as 3g.40gb + 2g.20gb + 2 x 1g.10gb, 2 partitionable
+# (dynamic MIG). Also the packing benchmark's fleet (bench_pack.py).
+FLEET_GPUS: list[dict[str, Any]] = [
+    {"model": "H100-80GB", "count": 2},
+    {"model": "H100-80GB", "mig": "static", "layout": ["1g.10gb"] * 7, "count": 2},
+    {
+        "model": "H100-80GB",
+        "mig": "static",
+        "layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
+        "count": 2,
+    },
+    {"model": "H100-80GB", "mig": "dynamic", "count": 2},
+]
+
 
 def cluster(nodes: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     shape = parse_shape(
@@ -49,17 +63,7 @@ def cluster(nodes: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]
                 {
                     "name": "gpu-{i:04d}",
                     "count": nodes,
-                    "gpus": [
-                        {"model": "H100-80GB", "count": 2},
-                        {"model": "H100-80GB", "mig": "static", "layout": ["1g.10gb"] * 7, "count": 2},
-                        {
-                            "model": "H100-80GB",
-                            "mig": "static",
-                            "layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
-                            "count": 2,
-                        },
-                        {"model": "H100-80GB", "mig": "dynamic", "count": 2},
-                    ],
+                    "gpus": FLEET_GPUS,
                 }
             ]
         },

@@ -5,6 +5,7 @@ them and needed no other; SubjectAccessReviews show what they cannot do."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,14 @@ def _prefix(namespace: str) -> str:
 
 def _admin_kubeconfig() -> Path:
     return ClusterPaths.default().kubeconfig
+
+
+def _helm_release(
+    verb: str, release: str, namespace: str, values: dict[str, Any], tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """helm install|upgrade of the chart with these values, as the cluster admin."""
+    f = values_file(tmp_path, values, f"{verb}-values.yaml")
+    return helm(verb, release, str(CHART), "-n", namespace, "-f", str(f), kubeconfig=_admin_kubeconfig())
 
 
 def _install_queue_crd(api: KubeAPI) -> None:
@@ -157,17 +167,7 @@ def test_chart_installs_device_classes_and_queues_upgrades_and_uninstalls_cleanl
             },
         },
     }
-    kc = _admin_kubeconfig()
-    out = helm(
-        "install",
-        release,
-        str(CHART),
-        "-n",
-        namespace,
-        "-f",
-        str(values_file(tmp_path, values)),
-        kubeconfig=kc,
-    )
+    out = _helm_release("install", release, namespace, values, tmp_path)
     assert "STATUS: deployed" in out.stdout, out.stdout
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
     for size in defaults["sizes"]:
@@ -192,16 +192,7 @@ def test_chart_installs_device_classes_and_queues_upgrades_and_uninstalls_cleanl
             "match": {"attributes": {"type": "mig", "profile": "2g.20gb"}},
         },
     ]
-    helm(
-        "upgrade",
-        release,
-        str(CHART),
-        "-n",
-        namespace,
-        "-f",
-        str(values_file(tmp_path, values)),
-        kubeconfig=kc,
-    )
+    _helm_release("upgrade", release, namespace, values, tmp_path)
     assert api.get_or_none("DeviceClass", prefix + "gpu-80gb") is None
     assert api.get_or_none("DeviceClass", prefix + "mig-2g-20gb") is not None
     assert api.get("Secret", "gpusessions-agent-token", namespace)["data"]["token"] == token
@@ -210,7 +201,7 @@ def test_chart_installs_device_classes_and_queues_upgrades_and_uninstalls_cleanl
     )
     assert [s["name"] for s in settings["sizes"]] == ["mig-1g-10gb", "mig-2g-20gb"]
 
-    helm("uninstall", release, "-n", namespace, kubeconfig=kc)
+    helm("uninstall", release, "-n", namespace, kubeconfig=_admin_kubeconfig())
     left = [
         ("DeviceClass", prefix + "mig-1g-10gb", None),
         ("Queue", team, None),
@@ -256,7 +247,7 @@ def _audit(since: float, users: dict[str, str]) -> list[dict[str, Any]]:
         if who is None or ev.get("stage") not in ("ResponseComplete", "ResponseStarted"):
             continue
         stamp = ev["requestReceivedTimestamp"]
-        if time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone < since - 2:
+        if datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() < since - 2:
             continue
         ev["who"] = who
         out.append(ev)
@@ -328,7 +319,7 @@ def _start_culler(
         else:
             ref = e["valueFrom"]["secretKeyRef"]
             data = api.get("Secret", ref["name"], namespace)["data"][ref["key"]]
-            env[e["name"]] = __import__("base64").b64decode(data).decode()
+            env[e["name"]] = base64.b64decode(data).decode()
     assert env["JUPYTERHUB_SERVICE_URL"] == f"http://0.0.0.0:{port}"
     env["JUPYTERHUB_SERVICE_URL"] = f"http://127.0.0.1:{port}"  # loopback only here
     env["KUBECONFIG"] = str(kubeconfig)
@@ -354,17 +345,7 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
             "admins": ["admin"],
         },
     }
-    kc = _admin_kubeconfig()
-    helm(
-        "install",
-        release,
-        str(CHART),
-        "-n",
-        namespace,
-        "-f",
-        str(values_file(tmp_path, values)),
-        kubeconfig=kc,
-    )
+    _helm_release("install", release, namespace, values, tmp_path)
     # What z2jh creates: the hub's ServiceAccount and its Secret with the service token.
     service_token = os.urandom(16).hex()
     api.create(

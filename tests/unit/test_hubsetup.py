@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import subprocess
 import sys
@@ -80,8 +81,6 @@ def test_the_demo_config_offers_the_default_profiles() -> None:
     """The demo goes through hubsetup and ends with the same profiles as before."""
     c = Config()
     env = {"GPUSESSIONS_DEMO_PASSWORD": "x"}
-    import os
-
     old = dict(os.environ)
     os.environ.update(env)
     try:
@@ -106,8 +105,6 @@ def test_chart_config_loads_the_settings_file(tmp_path: Path) -> None:
     path = tmp_path / "settings.json"
     path.write_text(json.dumps(_doc(culler={"enabled": True, "url": "http://culler:10101"})))
     c = Config()
-    import os
-
     os.environ["GPUSESSIONS_SETTINGS"] = str(path)
     try:
         runpy.run_path(str(ROOT / "hub_config" / "chart_config.py"), {"get_config": lambda: c})
@@ -128,7 +125,7 @@ def test_jupyterhub_refuses_to_start_on_wrong_settings(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**__import__("os").environ, "GPUSESSIONS_SETTINGS": str(path)},
+        env={**os.environ, "GPUSESSIONS_SETTINGS": str(path)},
         timeout=120,
     )
     assert r.returncode != 0
