@@ -132,6 +132,12 @@ def _python_env(paths: ClusterPaths) -> dict[str, str]:
     return env
 
 
+def spawn_component(name: str, cmd: list[str], paths: ClusterPaths) -> int:
+    """Start a control-plane component under the supervisor (restarted when it exits, as the
+    kubelet restarts static pods); the pid is the supervisor's."""
+    return procs.spawn(components.supervised(name, cmd), paths.log(name), paths.root, env=_python_env(paths))
+
+
 def up(
     shape_name: str, port_base: int | None = None, paths: ClusterPaths | None = None, timeout: float = 120.0
 ) -> State:
@@ -192,7 +198,7 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
     try:
         say(f"starting shape '{shape.name}': {len(shape.nodes)} node(s), {shape.gpu_count} GPU(s)")
         log = paths.log("etcd")
-        pids["etcd"] = procs.spawn(components.etcd_cmd(paths, ports), log, paths.root)
+        pids["etcd"] = spawn_component("etcd", components.etcd_cmd(paths, ports), paths)
         _wait(
             "etcd",
             pids["etcd"],
@@ -201,7 +207,9 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
             timeout,
         )
         log = paths.log("kube-apiserver")
-        pids["kube-apiserver"] = procs.spawn(components.apiserver_cmd(paths, pki, ports), log, paths.root)
+        pids["kube-apiserver"] = spawn_component(
+            "kube-apiserver", components.apiserver_cmd(paths, pki, ports), paths
+        )
         ctx = _admin_ctx(pki)
         _wait(
             "kube-apiserver", pids["kube-apiserver"], lambda: _http_ok(server + "/readyz", ctx), log, timeout
@@ -211,7 +219,7 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
             ("kube-controller-manager", components.controller_manager_cmd(paths, pki, ports)),
             ("kube-scheduler", components.scheduler_cmd(paths, ports)),
         ):
-            pids[name] = procs.spawn(cmd, paths.log(name), paths.root)
+            pids[name] = spawn_component(name, cmd, paths)
         for name, port in (
             ("kube-controller-manager", ports.controller_manager),
             ("kube-scheduler", ports.scheduler),

@@ -162,6 +162,11 @@ current-context: devcluster
 """
 
 
+def supervised(name: str, cmd: list[str]) -> list[str]:
+    """`cmd` run under localcluster.supervise, which starts it again when it exits."""
+    return [sys.executable, "-m", "localcluster.supervise", "--name", name, "--", *cmd]
+
+
 def runtime_cmd(shape: str, paths: ClusterPaths) -> list[str]:
     """The process runtime (simulated nodes and their pods)."""
     return [

@@ -57,8 +57,10 @@ def start(name: str, paths: ClusterPaths | None = None, timeout: float = 60) -> 
     paths = paths or ClusterPaths.default()
     state = _state(paths)
     cmd = _command(name, paths, state)
-    env = lc._python_env(paths) if name == "runtime" else None
-    pid = procs.spawn(cmd, paths.log(name), paths.root, env=env)
+    if name == "runtime":
+        pid = procs.spawn(cmd, paths.log(name), paths.root, env=lc._python_env(paths))
+    else:
+        pid = lc.spawn_component(name, cmd, paths)
     state.pids[name] = pid
     state.save(paths.state)
     ports = Ports(**state.ports)

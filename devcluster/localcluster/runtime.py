@@ -57,7 +57,6 @@ log = logging.getLogger("runtime")
 RESTART_BACKOFF_START = 1.0
 RESTART_BACKOFF_MAX = 30.0
 PROBE_PERIOD = 0.5  # seconds between tcpSocket readiness probes
-WATCH_SECONDS = 60  # the pod watch is renewed (re-listed if stale) at least this often
 RESYNC_SECONDS = 30.0
 _PR_SET_PDEATHSIG = 1
 
@@ -247,14 +246,7 @@ class Runtime:
                         seen.add(p["metadata"]["uid"])
                         self.events.put(("pod", ("SYNC", p)))
                     self.events.put(("resync", seen))
-                # A client-side end too: after an apiserver restart a watch was seen to go on
-                # sending bookmarks but no pod events (and never to end), so pods stopped
-                # starting. Ending each watch after a minute bounds that to one re-list.
-                deadline = time.monotonic() + WATCH_SECONDS + 15
-                for etype, obj in self.api.watch("Pod", resource_version=rv, timeout_seconds=WATCH_SECONDS):
-                    if time.monotonic() > deadline:
-                        rv = None
-                        break
+                for etype, obj in self.api.watch("Pod", resource_version=rv, timeout_seconds=240):
                     if etype == "BOOKMARK":
                         rv = obj["metadata"]["resourceVersion"]
                         continue

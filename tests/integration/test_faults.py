@@ -5,13 +5,19 @@ Each test leaves the cluster whole again (localcluster.faults starts what it sto
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
-from localcluster import faults, waits
+from localcluster import cluster as lc
+from localcluster import faults, supervise, waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
+from localcluster.paths import ClusterPaths
+from localcluster.testing import exec_pod
 
 from .hubtools import gpu_hub, gpu_objects, progress_messages, spawn, start, stop, wait_ready
 from .test_culler import culler_hub
@@ -37,6 +43,36 @@ def test_scheduler_down_the_spawn_fails_clearly_in_time_and_leaves_nothing(
         waits.wait_for(lambda: counts(api, namespace) == (0, 0, 0), 30, "the withdrawn request to be cleaned")
     spawn(hub, "sam", ONE_G)
     assert counts(api, namespace) == (1, 1, 1)
+
+
+def test_a_control_plane_component_that_dies_is_started_again(api: KubeAPI, namespace: str) -> None:
+    """As the kubelet restarts static pods. kube-scheduler 1.35.4 exits on purpose when it finds
+    its cache inconsistent (seen after an apiserver restart during a binding); without a restart
+    no pod is ever scheduled again."""
+    paths = ClusterPaths.default()
+    state = lc.State.load(paths.state)
+    assert state is not None
+    supervisor = state.pids["kube-scheduler"]
+    (scheduler,) = _children(supervisor)
+    time.sleep(max(0.0, supervise.GRACE + 0.5 - _age(scheduler)))  # past start-up: a crash, then
+    os.kill(scheduler, signal.SIGKILL)
+    waits.wait_for(lambda: _children(supervisor) not in ([], [scheduler]), 30, "a new kube-scheduler")
+    api.create(exec_pod("after-crash", command=["sleep", "3600"]), namespace)
+    waits.pod_ready(api, namespace, "after-crash", timeout=60)
+    assert "kube-scheduler exited with code -9" in paths.log("kube-scheduler").read_text()
+    assert lc.healthy(paths)
+
+
+def _age(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        started = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0]) - started
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
 
 
 def test_apiserver_restart_during_a_spawn_is_ridden_out(hub: Hub, api: KubeAPI, namespace: str) -> None:
