@@ -192,6 +192,7 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
     paths.kubeconfig.chmod(0o600)
     (paths.root / "audit-policy.yaml").write_text(components.AUDIT_POLICY)
     paths.audit_log.unlink(missing_ok=True)
+    paths.removed_nodes.unlink(missing_ok=True)
     pids: dict[str, int] = {}
     state = State(shape.name, server, ports.__dict__, pids, time.time())
     t0 = time.monotonic()

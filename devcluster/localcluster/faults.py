@@ -83,6 +83,22 @@ def restart(name: str, paths: ClusterPaths | None = None) -> None:
 
 
 @contextlib.contextmanager
+def node_removed(node: str, paths: ClusterPaths | None = None) -> Iterator[None]:
+    """The Node deleted and kept away inside the block, as when a machine leaves the fleet (the
+    runtime, our kubelet, does not register it again); registered again after the block."""
+    paths = paths or ClusterPaths.default()
+    _state(paths)  # a running cluster
+    api = KubeAPI.from_kubeconfig(paths.kubeconfig)
+    paths.removed_nodes.write_text(node + "\n")
+    try:
+        api.delete("Node", node)
+        yield
+    finally:
+        paths.removed_nodes.unlink(missing_ok=True)
+        restart("runtime", paths)  # registers it again now (start waits for it), not at the next resync
+
+
+@contextlib.contextmanager
 def stopped(name: str, paths: ClusterPaths | None = None) -> Iterator[None]:
     """The cluster without `name` inside the block; started again after it (even on failure)."""
     stop(name, paths)

@@ -69,5 +69,10 @@ class ClusterPaths:
         """The apiserver's audit log (requests of service accounts only)."""
         return self.logs / "audit.log"
 
+    @property
+    def removed_nodes(self) -> Path:
+        """Names of nodes taken out of the fleet (a fault): the runtime does not register them."""
+        return self.root / "removed-nodes"
+
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"

@@ -195,8 +195,14 @@ class Runtime:
         for dc in device_classes():
             self.api.apply(dc)
         ts = now_iso()
+        # Nodes taken out of the fleet (localcluster.faults.node_removed): a machine that is gone
+        # has no kubelet to register it again.
+        try:
+            removed = set(self.paths.removed_nodes.read_text().split())
+        except OSError:
+            removed = set()
         # One list, then only what is missing or not Ready (1,000-node shapes: no call per node).
-        ready = {
+        ready = removed | {
             n["metadata"]["name"]
             for n in self.api.list("Node", label_selector=f"{NODE_LABEL}=true")["items"]
             if _node_ready(n)
