@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import ssl
 import urllib.error
@@ -21,7 +22,8 @@ from localcluster.testing import exec_pod
 
 pytestmark = pytest.mark.cluster
 
-PORT_BASE = 17643
+# 200 above the test cluster's ports, so clusters of two checkouts never meet.
+PORT_BASE = int(os.environ.get("DEVCLUSTER_PORT_BASE", lc.DEFAULT_PORT_BASE)) + 200
 
 
 @pytest.fixture
