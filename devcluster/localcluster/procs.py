@@ -53,6 +53,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+def children(pid: int) -> list[int]:
+    """Direct children of a process (a supervisor's component); [] if it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
 def owned_pids(owner: Path) -> list[int]:
     """Every live process whose environment marks it as belonging to `owner`."""
     marker = f"{OWNER_ENV}={owner}".encode()

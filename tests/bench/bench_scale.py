@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster"), str(ROOT)]
 
 from localcluster import cluster as lc  # noqa: E402
+from localcluster import procs  # noqa: E402
 from localcluster.hubproc import Hub, start_hub  # noqa: E402
 from localcluster.kubeapi import KubeAPI  # noqa: E402
 from localcluster.paths import ClusterPaths  # noqa: E402
@@ -88,13 +89,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def cmdline(pid: int) -> str:
@@ -299,7 +293,7 @@ def main() -> int:
     assert code == 201, (code, body)
     user_token = body["token"]
     pids = {"hub": hub.proc.pid, **state.pids}
-    culler = next((p for p in children(hub.proc.pid) if "gpusessions.culler" in cmdline(p)), None)
+    culler = next((p for p in procs.children(hub.proc.pid) if "gpusessions.culler" in cmdline(p)), None)
     if culler:
         pids["culler"] = culler
     spawner = Spawner(hub, args.concurrency)

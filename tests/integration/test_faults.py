@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from localcluster import cluster as lc
-from localcluster import faults, supervise, waits
+from localcluster import faults, procs, supervise, waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 from localcluster.paths import ClusterPaths
@@ -53,10 +53,10 @@ def test_a_control_plane_component_that_dies_is_started_again(api: KubeAPI, name
     state = lc.State.load(paths.state)
     assert state is not None
     supervisor = state.pids["kube-scheduler"]
-    (scheduler,) = _children(supervisor)
+    (scheduler,) = procs.children(supervisor)
     time.sleep(max(0.0, supervise.GRACE + 0.5 - _age(scheduler)))  # past start-up: a crash, then
     os.kill(scheduler, signal.SIGKILL)
-    waits.wait_for(lambda: _children(supervisor) not in ([], [scheduler]), 30, "a new kube-scheduler")
+    waits.wait_for(lambda: procs.children(supervisor) not in ([], [scheduler]), 30, "a new kube-scheduler")
     api.create(exec_pod("after-crash", command=["sleep", "3600"]), namespace)
     waits.pod_ready(api, namespace, "after-crash", timeout=60)
     assert "kube-scheduler exited with code -9" in paths.log("kube-scheduler").read_text()
@@ -68,11 +68,6 @@ def _age(pid: int) -> float:
         started = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
     with open("/proc/uptime") as f:
         return float(f.read().split()[0]) - started
-
-
-def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(c) for c in f.read().split()]
 
 
 def test_apiserver_restart_during_a_spawn_is_ridden_out(hub: Hub, api: KubeAPI, namespace: str) -> None:
