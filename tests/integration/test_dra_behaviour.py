@@ -79,6 +79,29 @@ def test_memory_selector_with_quantity_compare(api: KubeAPI, namespace: str) -> 
     assert "cannot allocate all claims" in waits.pod_unschedulable(api, namespace, "p2")
 
 
+def test_a_40gb_mig_device_has_less_than_40gi(api: KubeAPI, namespace: str) -> None:
+    """NVML reports 3g.40gb and 4g.40gb below their label (H100 40448 MiB, A100 40192 MiB),
+    so `>= 40Gi` (40960 MiB) matches only 7g.80gb; `40000Mi` is the bound that takes them."""
+    sel = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('{}')) >= 0"
+    is_3g = "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"
+    # On `small` the only MIG device with 40Gi is GPU 1's (dynamic) 7g.80gb, which takes the whole GPU.
+    api.create(claim("forty-gi", MIG, [sel.format("40Gi")]), namespace)
+    api.create(exec_pod("p1", claim_name="forty-gi"), namespace)
+    [(pool, device)] = allocated(waits.claim_allocated(api, namespace, "forty-gi"))
+    assert slice_device(api, pool, device)["attributes"]["profile"] == {"string": "7g.80gb"}
+    # GPU 0's static 3g.40gb is free, but 40448 MiB is less than 40Gi ...
+    api.create(claim("forty-gi-3g", MIG, [sel.format("40Gi"), is_3g]), namespace)
+    api.create(exec_pod("p2", claim_name="forty-gi-3g"), namespace)
+    assert "cannot allocate all claims" in waits.pod_unschedulable(api, namespace, "p2")
+    # ... and 40000Mi takes it.
+    api.create(claim("forty-k-mi-3g", MIG, [sel.format("40000Mi"), is_3g]), namespace)
+    api.create(exec_pod("p3", claim_name="forty-k-mi-3g"), namespace)
+    [(pool, device)] = allocated(waits.claim_allocated(api, namespace, "forty-k-mi-3g"))
+    dev = slice_device(api, pool, device)
+    assert dev["attributes"]["profile"] == {"string": "3g.40gb"}
+    assert _quantity_bytes(dev["capacity"]["memory"]["value"]) == 40448 * 1024**2
+
+
 @pytest.mark.parametrize(
     ("expression", "hint"),
     [
