@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
+import time
+import traceback
 
 from .cluster import ClusterError, down, status, up
 from .paths import ClusterPaths
@@ -39,7 +43,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("devcluster: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug or an unusual setup: one line here, the traceback in a file
+        where = _save_traceback(paths, sys.argv[1:] if argv is None else argv)
+        what = " ".join(f"{type(e).__name__}: {e}".split())
+        print(f"devcluster: error: unexpected {what} (traceback in {where})", file=sys.stderr)
+        return 1
     return 0
+
+
+def _save_traceback(paths: ClusterPaths, argv: list[str]) -> str:
+    """Write the current exception's traceback to the cluster's logs (or a temp file); return where."""
+    text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} localcluster {' '.join(argv)}\n{traceback.format_exc()}"
+    try:
+        paths.logs.mkdir(parents=True, exist_ok=True)
+        log = paths.log("localcluster-error")
+        with open(log, "a") as f:
+            f.write(text)
+        return str(log)
+    except OSError:
+        fd, name = tempfile.mkstemp(prefix="devcluster-error-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return name
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import json
 import os
 import socket
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ from localcluster import cluster as lc
 from localcluster import procs, waits
 from localcluster.certs import PKI, issue_client_cert
 from localcluster.kubeapi import ApiError, Credentials, KubeAPI
-from localcluster.paths import ClusterPaths
+from localcluster.paths import REPO_ROOT, ClusterPaths
 from localcluster.testing import exec_pod
 
 pytestmark = pytest.mark.cluster
@@ -67,6 +69,52 @@ def test_a_busy_port_is_one_clear_error(own_paths: ClusterPaths) -> None:
     assert f"port {PORT_BASE} (for kube-apiserver)" in msg and "DEVCLUSTER_PORT_BASE" in msg
     assert "\n" not in msg
     assert procs.owned_pids(own_paths.root) == []
+
+
+def test_a_component_that_fails_at_start_up_is_one_line_with_its_log(tmp_path: Path, cluster: object) -> None:
+    """`make cluster` with a kube-scheduler that refuses its flags: one line naming it, its log and
+    the log's last lines; nothing left running."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for b in ClusterPaths.default().bin.iterdir():
+        (bin_dir / b.name).symlink_to(b)
+    (bin_dir / "kube-scheduler").unlink()
+    (bin_dir / "kube-scheduler").write_text(
+        '#!/bin/sh\necho "Error: unknown flag: --no-such-flag" >&2\nexit 1\n'
+    )
+    (bin_dir / "kube-scheduler").chmod(0o755)
+    paths = ClusterPaths(tmp_path / "dc", bin_dir=bin_dir)
+    env = {**os.environ, "DEVCLUSTER_DIR": str(paths.root), "DEVCLUSTER_BIN": str(bin_dir)}
+    env["PYTHONPATH"] = str(REPO_ROOT / "devcluster")
+    try:
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "localcluster",
+                "up",
+                "--shape",
+                "cpu-only",
+                "--port-base",
+                str(PORT_BASE),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        owned = procs.owned_pids(paths.root)
+    finally:
+        lc.down(paths)
+    assert r.returncode == 1
+    [line] = r.stderr.splitlines()
+    log = paths.log("kube-scheduler")
+    assert line.startswith(
+        f"devcluster: error: kube-scheduler exited during start-up; see {log} (last lines: "
+    )
+    assert "unknown flag: --no-such-flag" in line
+    assert "Traceback" not in r.stdout + r.stderr
+    assert owned == []
 
 
 def test_missing_binaries_say_how_to_build_them(tmp_path: Path) -> None:
