@@ -30,6 +30,16 @@ class Cluster:
 def cluster() -> Iterator[Cluster]:
     """The running local cluster: reuse one that is up, or start one (and stop it at the end)."""
     paths = ClusterPaths.default()
+    running = lc.State.load(paths.state)
+    if running and running.shape != TEST_SHAPE and lc.healthy(paths, running):
+        # Not reused: its shape differs and a demo hub may be using it. Stop the whole run with
+        # one line, rather than one error per test.
+        pytest.exit(
+            f"a local cluster with shape '{running.shape}' is running at {running.server} (left by "
+            f"'make demo'?); the tests need shape '{TEST_SHAPE}': run 'make demo-down' or "
+            "'make cluster-down' first",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
     started = not lc.healthy(paths)
     try:
         state = lc.up(TEST_SHAPE, paths=paths)

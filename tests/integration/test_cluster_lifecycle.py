@@ -58,6 +58,35 @@ def test_up_reuse_down_stops_every_process_and_frees_ports(own_paths: ClusterPat
     assert lc.status(own_paths) == {"running": False}
 
 
+def test_tests_refuse_a_running_cluster_of_another_shape_in_one_line(own_paths: ClusterPaths) -> None:
+    """As after `make demo`: pytest stops at once with one line saying what to run, and leaves the
+    running cluster alone."""
+    state = lc.up("cpu-only", PORT_BASE, own_paths)
+    env = {**os.environ, "DEVCLUSTER_DIR": str(own_paths.root), "DEVCLUSTER_BIN": str(own_paths.bin)}
+    env.pop("DEVCLUSTER_TEST_SHAPE", None)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"{__file__}::test_status_reports_components",
+        ],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == pytest.ExitCode.USAGE_ERROR, r.stdout + r.stderr
+    [line] = [ln for ln in r.stdout.splitlines() if "shape 'cpu-only' is running" in ln]
+    assert "the tests need shape 'small': run 'make demo-down' or 'make cluster-down' first" in line
+    assert "Traceback" not in r.stdout + r.stderr and "ClusterError" not in r.stdout
+    assert lc.healthy(own_paths, state), "the running cluster is left alone"
+
+
 def test_a_busy_port_is_one_clear_error(own_paths: ClusterPaths) -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
