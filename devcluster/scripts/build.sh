@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds the devcluster binaries (etcd, kube-apiserver, kube-scheduler,
-# kube-controller-manager) from Go modules into $BIN_DIR, and only when the Go
-# sources, go.mod or go.sum changed since the last successful build.
+# kube-controller-manager and kubectl) from Go modules into $BIN_DIR, and only
+# when the Go sources, go.mod, go.sum, the Go version or this script (its
+# ldflags) changed since the last successful build.
+#   build.sh                  build if needed
+#   build.sh --source-hash    print the hash that decides, and build nothing
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -25,9 +28,14 @@ elif [ "$gominor" -lt 25 ]; then
   export GOTOOLCHAIN=auto
 fi
 
+# This script is part of the hash: a change of its ldflags (or anything else here) rebuilds.
+hash="$(cd "$here" && { echo "$K8S_VERSION"; go version; { find . -name '*.go' -o -name go.mod -o -name go.sum; echo ./scripts/build.sh; } | LC_ALL=C sort | xargs sha256sum; } | sha256sum | cut -d' ' -f1)"
+if [ "${1:-}" = "--source-hash" ]; then
+  echo "$hash"
+  exit 0
+fi
 mkdir -p "$BIN_DIR"
 stamp="$BIN_DIR/.source-hash"
-hash="$(cd "$here" && { echo "$K8S_VERSION"; go version; find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort | xargs sha256sum; } | sha256sum | cut -d' ' -f1)"
 missing=0
 for b in "${BINARIES[@]}"; do [ -x "$BIN_DIR/$b" ] || missing=1; done
 if [ "$missing" = 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; then

@@ -1,33 +1,12 @@
-"""Errors a person meets outside a running cluster are one line, never a traceback."""
+"""`python -m localcluster`: an unexpected error is one line, the traceback goes to a log."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from localcluster import __main__ as cli
-from localcluster.paths import REPO_ROOT
-
-BUILD = REPO_ROOT / "devcluster" / "scripts" / "build.sh"
-
-
-def test_build_without_go_is_one_line_and_fails(tmp_path: Path) -> None:
-    # A PATH with only what the script needs before it looks for Go.
-    tools = tmp_path / "tools"
-    tools.mkdir()
-    for tool in ("dirname",):
-        (tools / tool).symlink_to(
-            subprocess.check_output(["bash", "-c", f"command -v {tool}"], text=True).strip()
-        )
-    env = {"PATH": str(tools), "HOME": str(tmp_path), "BIN_DIR": str(tmp_path / "bin")}
-    r = subprocess.run(["/bin/bash", str(BUILD)], env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0
-    assert r.stdout == ""
-    assert r.stderr.count("\n") == 1, r.stderr
-    assert "the Go toolchain is missing" in r.stderr and "install Go" in r.stderr
-    assert not (tmp_path / "bin").exists()
 
 
 def test_an_unexpected_error_is_one_line_with_the_traceback_in_a_log(
