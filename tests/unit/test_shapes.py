@@ -111,6 +111,30 @@ def test_uuids_are_stable_and_unique() -> None:
     assert len(set(a.values())) == len(a)
 
 
+# Written down once: a change to the derivation (namespace, key format) would hand every device a
+# new UUID after an upgrade, which the two calls above cannot notice.
+SMALL_UUIDS = {
+    ("gpu-node-0", "gpu-0-mig-3g40gb-9-4"): "MIG-54f90c1f-5ce5-503f-a9e9-7c3c13d9957c",  # static MIG
+    ("gpu-node-0", "gpu-0-mig-1g10gb-19-3"): "MIG-f3be2dd2-359c-51ad-a28c-4d58438b7600",
+    ("gpu-node-0", "gpu-1"): "GPU-81511435-b451-52da-8021-24b8016e0edf",  # partitionable, whole
+    ("gpu-node-0", "gpu-1-mig-1g10gb-19-0"): "MIG-f8fcd619-484b-5e5f-bb66-226745c92bc4",  # dynamic MIG
+}
+
+
+def test_uuids_of_the_small_shape_are_the_ones_written_down() -> None:
+    uuids = device_uuids(load_shape("small", SHAPES_DIR))
+    assert {k: uuids[k] for k in SMALL_UUIDS} == SMALL_UUIDS
+    # The static MIG devices' parent, as their slices publish it.
+    [static] = [
+        d
+        for sl in build_slices(load_shape("small", SHAPES_DIR).nodes[0])
+        for d in sl["spec"].get("devices", [])
+        if d["name"] == "gpu-0-mig-3g40gb-9-4"
+    ]
+    assert static["attributes"]["parentUUID"] == {"string": "GPU-5e8316a6-6288-57d9-9719-0d73af358bac"}
+    assert static["attributes"]["uuid"] == {"string": SMALL_UUIDS[("gpu-node-0", "gpu-0-mig-3g40gb-9-4")]}
+
+
 def test_a_node_with_many_partitionable_gpus_splits_into_several_slices() -> None:
     shape = parse_shape("t", _one_gpu({"model": "H100-80GB", "mig": "dynamic", "count": 8}))
     slices = build_slices(shape.nodes[0])
