@@ -15,6 +15,7 @@ import secrets
 import signal
 import sys
 import time
+from pathlib import Path
 
 from . import cluster
 from .hubproc import HubError, start_hub
@@ -22,7 +23,8 @@ from .kubeapi import ApiError, KubeAPI
 from .paths import REPO_ROOT, ClusterPaths
 from .procs import OWNER_ENV, alive, terminate
 
-DEMO_DIR = REPO_ROOT / ".cache" / "demo"
+# Fixed for people (.cache/demo/hub.json); a test runs a second demo in a folder of its own.
+DEMO_DIR = Path(os.environ.get("GPUSESSIONS_DEMO_DIR", str(REPO_ROOT / ".cache" / "demo")))
 HUB_JSON = DEMO_DIR / "hub.json"
 NAMESPACE = "gpusessions-demo"
 PORTS = (8000, 8081, 8001)  # proxy (public), hub, proxy API
