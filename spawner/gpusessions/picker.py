@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,8 @@ import jinja2
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
+from . import labels as L
+from . import queues as Q
 from .availability import profile_figures
 from .claims import Alternative, GPURequest
 from .sizes import size_selectors
@@ -66,6 +70,77 @@ def describe_availability(f: Obj) -> str:
     return "Availability unknown (this size uses a custom selector)."
 
 
+@dataclass(frozen=True)
+class Team:
+    """The user's team queue (KAI) as the picker shows it; `use` is None while unknown."""
+
+    queue: str | None  # None: the user is in no team
+    use: Q.TeamUse | None = None
+    limit: float | None = None
+    own: Fraction = Fraction(0)  # what the user's own kept claim holds (a restart reuses it)
+
+
+NO_TEAM = {
+    "name": None,
+    "used": None,
+    "sessions": None,
+    "limit": None,
+    "size": None,
+    "exceeds": False,
+    "text": (
+        "You are in no team with a GPU queue, so your server cannot start. "
+        "Ask your admin to add you to a team."
+    ),
+    "note": "",
+}
+
+
+async def team_of(spawner: Any, view: Any, memo: dict[Any, Any] | None, version: int) -> Team | None:
+    """The user's team queue and its use, or None when KAI queues are not configured."""
+    setting = getattr(spawner, "kai_queue", None)
+    if not setting:
+        return None
+    groups = [g.name for g in getattr(spawner.user, "groups", []) or []]
+    queue = await Q.resolve(setting, spawner, groups, getattr(spawner, "kai_default_queue", ""))
+    if not queue:
+        return Team(None)
+    limit = (getattr(spawner, "kai_gpu_quota", None) or {}).get(queue)
+    limit = None if limit is None else float(limit)
+    if view is None:
+        return Team(queue, None, limit)
+    inv = view.derived()[0]
+    key = ("team", version, queue)
+    use = memo.get(key) if memo is not None else None
+    if use is None:
+        use = Q.team_use(view.claims.objects.values(), queue, inv)
+        if memo is not None:
+            memo[key] = use
+    own = Fraction(0)
+    names = getattr(spawner, "_names", None)
+    if names is not None:
+        n = names()
+        mine = view.claims.objects.get(f"{n.namespace}/{n.claim}")
+        md = (mine or {}).get("metadata") or {}
+        if (md.get("labels") or {}).get(L.QUEUE_LABEL) == queue and not md.get("deletionTimestamp"):
+            own = Q.claim_equivalent(mine or {}, inv)
+    return Team(queue, use, limit, own)
+
+
+def team_figure(team: Team | None, want: Fraction) -> Obj | None:
+    if team is None:
+        return None
+    if team.queue is None:
+        return dict(NO_TEAM)
+    if team.use is None:
+        return {
+            **NO_TEAM,
+            "name": team.queue,
+            "limit": team.limit,
+            "text": f"Team {team.queue}: GPU use unknown right now.",
+        }
+    return Q.team_figure(team.use, team.limit, want, team.own)
+
+
 def _gib(n: int | None) -> str:
     return f"{n / 2**30:.1f} GiB" if n else ""
 
@@ -77,6 +152,7 @@ def compute_figures(
     memo: dict[Any, Obj] | None = None,
     version: int = 0,
     slice_memo: dict[Any, Any] | None = None,
+    team: Team | None = None,
 ) -> list[Obj]:
     """Figures for each profile from the view's derived data; `memo` keeps them per data version,
     so a page view costs a lookup, not a count over every device."""
@@ -98,6 +174,7 @@ def compute_figures(
                     "compute": "",
                     "availability": "Availability unknown.",
                     "note": f"invalid profile settings: {e}",
+                    "queue": team_figure(team, Fraction(0)),
                 }
             )
             continue
@@ -118,18 +195,34 @@ def compute_figures(
         }
         f["memory_text"] = _gib(f.get("memory"))
         f["availability"] = describe_availability(f)
-        f["queue"] = None  # team queue use and limit: with KAI queues
+        f["queue"] = team_figure(team, _equivalent(request, inv, classes, memo, version)) if team else None
         out.append(f)
     return out
+
+
+def _equivalent(
+    request: GPURequest, inv: Any, classes: dict[str, Obj], memo: dict[Any, Any] | None, version: int
+) -> Fraction:
+    """GPU-equivalents a size counts against the team's quota (kept per data version)."""
+    if not request.wants_gpu:
+        return Fraction(0)
+    key = ("equivalents", version, request.hash(), request.count)
+    want = memo.get(key) if memo is not None else None
+    if want is None:
+        want = Q.request_equivalent(request, inv, classes)
+        if memo is not None:
+            memo[key] = want
+    return want
 
 
 async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
     view = cluster_view()
     ready = await view.wait_ready(timeout=5)
     derived = view.derived()
+    team = await team_of(spawner, view if ready else None, view.memo, view.computed_version)
     if ready:
         profiles = compute_figures(
-            spawner, profile_list, derived, view.memo, view.computed_version, view.slice_memo
+            spawner, profile_list, derived, view.memo, view.computed_version, view.slice_memo, team
         )
     else:
         profiles = []
@@ -145,7 +238,7 @@ async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
                 "memory": None,
                 "compute": "",
                 "memory_text": "",
-                "queue": None,
+                "queue": team_figure(team, Fraction(0)),
             }
             f["availability"] = describe_availability(f)
             profiles.append(f)
@@ -165,8 +258,10 @@ async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
 
 def render_form(profile_list: list[Obj], figures: Obj, base_url: str) -> str:
     by_slug = {f["slug"]: f for f in figures["profiles"]}
+    team = next((f["queue"] for f in figures["profiles"] if f.get("queue")), None)
     return _ENV.get_template("picker.html").render(
         profiles=[(p, by_slug.get(p["slug"], {})) for p in profile_list],
+        team=team,
         base_url=base_url,
     )
 
