@@ -48,6 +48,9 @@ class Inventory:
     by_key: dict[DeviceKey, Obj] = field(default_factory=dict)
     counters: dict[CounterKey, dict[str, Amount]] = field(default_factory=dict)
     consumption: dict[DeviceKey, Consumption] = field(default_factory=dict)
+    # The node of each (driver, pool): a claim's devices all come from the node its pod runs
+    # on. None for a pool that is not node-local (allNodes / nodeSelector).
+    pool_node: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
     @classmethod
     def from_slices(cls, slices: Iterable[Obj]) -> Inventory:
@@ -59,6 +62,7 @@ class Inventory:
         for s in ordered:
             spec = s["spec"]
             driver, pool = spec["driver"], spec["pool"]["name"]
+            inv.pool_node[(driver, pool)] = spec.get("nodeName") or None
             for cs in spec.get("sharedCounters") or []:
                 inv.counters[(driver, pool, cs["name"])] = {
                     k: _amount(v["value"]) for k, v in (cs.get("counters") or {}).items()
@@ -79,6 +83,14 @@ class Inventory:
 
     def candidates(self, match: DeviceMatch) -> list[DeviceKey]:
         return [k for k, d in self.devices if match.matches(k[0], d)]
+
+    def by_node(self, keys: list[DeviceKey]) -> list[list[DeviceKey]]:
+        """`keys` split by node, in order (devices of a pool that is not node-local make a group
+        of their own: counted as if they could not be combined with any node's devices)."""
+        groups: dict[str | None, list[DeviceKey]] = {}
+        for k in keys:
+            groups.setdefault(self.pool_node.get((k[0], k[1])), []).append(k)
+        return list(groups.values())
 
 
 def allocated_devices(claims: Iterable[Obj]) -> set[DeviceKey]:
@@ -140,13 +152,22 @@ def count_free(
 ) -> tuple[int, int, list[Obj]]:
     """(sessions that can start now, sessions on an empty cluster, matching devices).
 
-    `candidates` and `total` depend only on the slices: pass them to skip matching again."""
+    `candidates` and `total` (devices that fit on an empty cluster, used when one device makes a
+    session) depend only on the slices: pass them to skip matching again."""
     keys = candidates if candidates is not None else inv.candidates(match)
-    now = _greedy(inv, keys, allocated, left if left is not None else remaining_counters(inv, allocated))
-    if total is None:
-        total = _greedy(inv, keys, set(), inv.counters)
     per = max(per_session, 1)
-    return now // per, total // per, [inv.by_key[k] for k in keys[:1]]
+    left = left if left is not None else remaining_counters(inv, allocated)
+    if per == 1:
+        now = _greedy(inv, keys, allocated, left)
+        if total is None:
+            total = _greedy(inv, keys, set(), inv.counters)
+        return now, total, [inv.by_key[k] for k in keys[:1]]
+    # Several devices per session: the scheduler takes them all from one node, so what is
+    # free counts per node (3 free GPUs on one node and 1 on another make 1 session of 2).
+    by_node = inv.by_node(keys)
+    now = sum(_greedy(inv, ks, allocated, left) // per for ks in by_node)
+    total = sum(_greedy(inv, ks, set(), inv.counters) // per for ks in by_node)
+    return now, total, [inv.by_key[k] for k in keys[:1]]
 
 
 def _greedy(
