@@ -3,6 +3,8 @@ with the real CEL evaluation."""
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -171,6 +173,19 @@ def test_sessions_of_two_devices_count_per_node(
     _one_more_waits(api, namespace, "two-extra", "gpu.nvidia.com", [], count=2)
     f = figures(hub, user_token, api)
     assert (f["gpu"]["free"], f["gpu-x2"]["free"], f["gpu-x2"]["state"]) == (2, 0, "none-free")
+
+
+@pytest.mark.parametrize("auth", [None, "token not-a-real-token"])
+def test_availability_needs_a_login(hub: Hub, auth: str | None) -> None:
+    """Without a login (no cookie, no token) or with a bad token: 403 and no figures."""
+    req = urllib.request.Request(
+        hub.hub_api + "/gpusessions/availability", headers={"Authorization": auth} if auth else {}
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    assert err.value.code == 403
+    body = err.value.read().decode()
+    assert "profiles" not in body and "free" not in body, body
 
 
 def test_sizes_the_cluster_lacks_and_cpu(hub: Hub, user_token: str, api: KubeAPI) -> None:
