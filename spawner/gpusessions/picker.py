@@ -145,6 +145,34 @@ def _gib(n: int | None) -> str:
     return f"{n / 2**30:.1f} GiB" if n else ""
 
 
+def base_figures(
+    request: GPURequest,
+    derived: tuple[Any, ...],
+    memo: dict[Any, Obj] | None,
+    version: int,
+    slice_memo: dict[Any, Any] | None,
+) -> Obj:
+    """The figures of one request for one version of the data, kept in `memo`."""
+    key = (version, request.hash(), request.count)
+    base = memo.get(key) if memo is not None else None
+    if base is None:
+        inv, allocated, left, classes = derived
+        base = profile_figures({"slug": "-"}, request, inv, allocated, classes, left, slice_memo)
+        if memo is not None:
+            if len(memo) > 256:
+                memo.clear()
+            memo[key] = base
+    return base
+
+
+def warm(view: Any) -> None:
+    """Count the sizes views asked for lately, for the view's current data: the watch calls this
+    after a change, so the next page view finds its figures ready instead of counting."""
+    derived = view.derived()
+    for request in list(view.recent.values()):
+        base_figures(request, derived, view.memo, view.computed_version, view.slice_memo)
+
+
 def compute_figures(
     spawner: Any,
     profile_list: list[Obj],
@@ -153,10 +181,12 @@ def compute_figures(
     version: int = 0,
     slice_memo: dict[Any, Any] | None = None,
     team: Team | None = None,
+    recent: dict[Any, GPURequest] | None = None,
 ) -> list[Obj]:
     """Figures for each profile from the view's derived data; `memo` keeps them per data version,
-    so a page view costs a lookup, not a count over every device."""
-    inv, allocated, left, classes = derived
+    so a page view costs a lookup, not a count over every device. The requests go into `recent`,
+    which the watch counts again after each change (`warm`)."""
+    inv, _, _, classes = derived
     out = []
     for p in profile_list:
         try:
@@ -178,14 +208,11 @@ def compute_figures(
                 }
             )
             continue
-        key = (version, request.hash(), request.count)
-        base = memo.get(key) if memo is not None else None
-        if base is None:
-            base = profile_figures({"slug": "-"}, request, inv, allocated, classes, left, slice_memo)
-            if memo is not None:
-                if len(memo) > 256:
-                    memo.clear()
-                memo[key] = base
+        base = base_figures(request, derived, memo, version, slice_memo)
+        if recent is not None:
+            if len(recent) > 64:
+                recent.clear()
+            recent[(request.hash(), request.count)] = request
         f = {
             **base,
             "slug": p["slug"],
@@ -195,23 +222,23 @@ def compute_figures(
         }
         f["memory_text"] = _gib(f.get("memory"))
         f["availability"] = describe_availability(f)
-        f["queue"] = team_figure(team, _equivalent(request, inv, classes, memo, version)) if team else None
+        f["queue"] = team_figure(team, _equivalent(request, inv, classes, slice_memo)) if team else None
         out.append(f)
     return out
 
 
 def _equivalent(
-    request: GPURequest, inv: Any, classes: dict[str, Obj], memo: dict[Any, Any] | None, version: int
+    request: GPURequest, inv: Any, classes: dict[str, Obj], slice_memo: dict[Any, Any] | None
 ) -> Fraction:
-    """GPU-equivalents a size counts against the team's quota (kept per data version)."""
+    """GPU-equivalents a size counts against the team's quota (kept until the slices change)."""
     if not request.wants_gpu:
         return Fraction(0)
-    key = ("equivalents", version, request.hash(), request.count)
-    want = memo.get(key) if memo is not None else None
+    key = ("equivalents", request.hash(), request.count)
+    want = slice_memo.get(key) if slice_memo is not None else None
     if want is None:
         want = Q.request_equivalent(request, inv, classes)
-        if memo is not None:
-            memo[key] = want
+        if slice_memo is not None:
+            slice_memo[key] = want
     return want
 
 
@@ -220,9 +247,17 @@ async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
     ready = await view.wait_ready(timeout=5)
     derived = view.derived()
     team = await team_of(spawner, view if ready else None, view.memo, view.computed_version)
+    view.warm = warm
     if ready:
         profiles = compute_figures(
-            spawner, profile_list, derived, view.memo, view.computed_version, view.slice_memo, team
+            spawner,
+            profile_list,
+            derived,
+            view.memo,
+            view.computed_version,
+            view.slice_memo,
+            team,
+            view.recent,
         )
     else:
         profiles = []
