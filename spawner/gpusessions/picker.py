@@ -95,8 +95,8 @@ NO_TEAM = {
 }
 
 
-async def team_of(spawner: Any, view: Any, memo: dict[Any, Any] | None, version: int) -> Team | None:
-    """The user's team queue and its use, or None when KAI queues are not configured."""
+async def user_queue(spawner: Any) -> Team | None:
+    """The user's team queue (use not counted yet), or None when KAI queues are not configured."""
     setting = getattr(spawner, "kai_queue", None)
     if not setting:
         return None
@@ -105,10 +105,16 @@ async def team_of(spawner: Any, view: Any, memo: dict[Any, Any] | None, version:
     if not queue:
         return Team(None)
     limit = (getattr(spawner, "kai_gpu_quota", None) or {}).get(queue)
-    limit = None if limit is None else float(limit)
-    if view is None:
-        return Team(queue, None, limit)
-    inv = view.derived()[0]
+    return Team(queue, None, None if limit is None else float(limit))
+
+
+def team_of(
+    spawner: Any, team: Team | None, view: Any, inv: Any, memo: dict[Any, Any] | None, version: int
+) -> Team | None:
+    """The team with its use counted from the view's claims (kept per data version)."""
+    if team is None or team.queue is None:
+        return team
+    queue = team.queue
     key = ("team", version, queue)
     use = memo.get(key) if memo is not None else None
     if use is None:
@@ -123,7 +129,7 @@ async def team_of(spawner: Any, view: Any, memo: dict[Any, Any] | None, version:
         md = (mine or {}).get("metadata") or {}
         if (md.get("labels") or {}).get(L.QUEUE_LABEL) == queue and not md.get("deletionTimestamp"):
             own = Q.claim_equivalent(mine or {}, inv)
-    return Team(queue, use, limit, own)
+    return Team(queue, use, team.limit, own)
 
 
 def team_figure(team: Team | None, want: Fraction) -> Obj | None:
@@ -245,19 +251,15 @@ def _equivalent(
 async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
     view = cluster_view()
     ready = await view.wait_ready(timeout=5)
+    team = await user_queue(spawner)
+    # From here on nothing awaits: the figures are made from one version of the data.
     derived = view.derived()
-    team = await team_of(spawner, view if ready else None, view.memo, view.computed_version)
+    version, computed_from = view.computed_version, view.computed_from
     view.warm = warm
     if ready:
+        team = team_of(spawner, team, view, derived[0], view.memo, version)
         profiles = compute_figures(
-            spawner,
-            profile_list,
-            derived,
-            view.memo,
-            view.computed_version,
-            view.slice_memo,
-            team,
-            view.recent,
+            spawner, profile_list, derived, view.memo, version, view.slice_memo, team, view.recent
         )
     else:
         profiles = []
@@ -282,10 +284,11 @@ async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
         "updated": time.time(),
         "errors": view.errors,
         "complete": ready,
-        # What the figures were computed from, so a script can tell they caught up.
+        # What the figures were computed from (not what the watch holds now: a recount may be
+        # due), so a script can tell they caught up.
         "seen": {
-            "slices": len(view.slices.objects),
-            "claims": len(view.claims.objects),
+            "slices": computed_from[0],
+            "claims": computed_from[1],
             "allocated_devices": len(derived[1]),
         },
     }

@@ -151,6 +151,7 @@ class ClusterView:
         self.warm: Callable[[ClusterView], None] | None = None
         self._recount: asyncio.TimerHandle | None = None
         self.recounts = 0  # recounts made after a change (not inside a view)
+        self.computed_from = (0, 0)  # (slices, claims) the derived data was made from
 
     @property
     def computed_version(self) -> int:
@@ -215,6 +216,7 @@ class ClusterView:
             left = remaining_counters(inv, allocated)
             self._derived = (inv, allocated, left, classes)
             self._computed_version = version
+            self.computed_from = (len(self.slices.objects), len(self.claims.objects))
             self._computed_at = now
         return self._derived
 
