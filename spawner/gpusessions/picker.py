@@ -67,6 +67,8 @@ def describe_availability(f: Obj) -> str:
         )
     if state == "not-offered":
         return "Not offered on this cluster right now."
+    if f.get("note", "").startswith("this size's selector fails"):
+        return f"Availability unknown: {f['note']}. Ask your admin to fix this size."
     return "Availability unknown (this size uses a custom selector)."
 
 

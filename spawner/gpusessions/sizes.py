@@ -137,29 +137,39 @@ class DeviceMatch:
 
     def matches(self, driver: str, device: Obj) -> bool:
         """The same test in Python, on a device of a ResourceSlice."""
+        return self.evaluate(driver, device) is True
+
+    def evaluate(self, driver: str, device: Obj) -> bool | None:
+        """What the scheduler's CEL gives on this device: True, False, or None for a CEL runtime
+        error (an attribute or capacity the device lacks, a version compared with a string),
+        which CEL's `&&` absorbs only when another term is false."""
         if driver != self.driver:
             return False
+        error = False
         attrs = device.get("attributes") or {}
         for k, want in self.attributes:
             a = attrs.get(k)
-            if a is None or "version" in a:  # CEL: a version never equals a string or number
-                return False
+            if a is None or "version" in a:  # no such key; a version == a string: no such overload
+                error = True
+                continue
             have = a.get("string", a.get("int", a.get("bool")))
             if type(have) is not type(want) or have != want:
                 return False
         for k, least in self.versions_at_least:
             a = attrs.get(k) or {}
             try:
-                if "version" not in a or semver(a["version"]) < semver(least):
+                if semver(a["version"]) < semver(least):
                     return False
-            except ValueError:  # not a version the scheduler could compare
-                return False
+            except (KeyError, ValueError):  # no such key, or not a version: no compareTo(semver)
+                error = True
         caps = device.get("capacity") or {}
         for k, least in self.capacity_at_least:
             c = caps.get(k)
-            if c is None or quantity(c["value"]) < quantity(least):
+            if c is None:
+                error = True
+            elif quantity(c["value"]) < quantity(least):
                 return False
-        return True
+        return None if error else True
 
     def merge(self, other: DeviceMatch) -> DeviceMatch | None:
         """Both matches at once (None if they can never hold together)."""

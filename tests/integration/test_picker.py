@@ -26,15 +26,21 @@ from .hubtools import GPU_HUB_CONFIG
 pytestmark = pytest.mark.cluster
 
 
-TWO_GPUS = """
+MORE_PROFILES = """
 EXTRA.append({"display_name": "Two whole GPUs", "slug": "gpu-x2",
               "kubespawner_override": {"gpu_device_class": "gpu.nvidia.com", "gpu_count": 2}})
+EXTRA.append({"display_name": "A MIG profile asked of whole GPUs", "slug": "gpu-profile",
+              "kubespawner_override": {"gpu_device_class": "gpu.nvidia.com",
+                                       "gpu_selectors": [ONE_G]}})
 """
 
 
 @pytest.fixture
 def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    h = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + TWO_GPUS, tmp_path / "hub")
+    h = start_hub(
+        GPU_HUB_CONFIG.format(namespace=namespace) + f"ONE_G = {ONE_G[0]!r}\n" + MORE_PROFILES,
+        tmp_path / "hub",
+    )
     yield h
     h.stop()
 
@@ -81,6 +87,18 @@ def _one_more_waits(
     api.create(claim(name, device_class_name, selectors, count), ns)
     api.create(exec_pod(name, claim_name=name, command=["sleep", "3600"]), ns)
     assert "cannot allocate all claims" in waits.pod_unschedulable(api, ns, name)
+
+
+def _scheduler_fails(api: KubeAPI, ns: str, device_class_name: str, selectors: list[str], error: str) -> None:
+    """A claim of this class and selectors (with a pod) is not allocated: the scheduler reports `error`."""
+    api.create(claim("bad", device_class_name, selectors), ns)
+    api.create(exec_pod("bad", claim_name="bad", command=["sleep", "3600"]), ns)
+    waits.wait_for(
+        lambda: any(error in e for e in waits.events_for(api, ns, "Pod", "bad")),
+        30,
+        f"the scheduler to report {error!r}",
+    )
+    assert not (api.get("ResourceClaim", "bad", ns).get("status") or {}).get("allocation")
 
 
 ONE_G = ["device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"]
@@ -188,6 +206,18 @@ def test_availability_needs_a_login(hub: Hub, auth: str | None) -> None:
     assert "profiles" not in body and "free" not in body, body
 
 
+def test_a_size_whose_selector_fails_on_a_device_is_unknown(
+    hub: Hub, user_token: str, api: KubeAPI, namespace: str
+) -> None:
+    """The gpu.nvidia.com class lets the whole GPU through, and `profile == '1g.10gb'` then fails
+    on it (it has no profile attribute): the scheduler fails the claim with a CEL runtime error
+    rather than skipping the device, so the picker does not count it as free."""
+    f = figures(hub, user_token, api)
+    assert f["gpu-profile"]["state"] == "unknown" and f["gpu-profile"]["free"] is None
+    assert "fails with a CEL error on 1 device(s)" in f["gpu-profile"]["availability"]
+    _scheduler_fails(api, namespace, "gpu.nvidia.com", ONE_G, "CEL runtime error: no such key: profile")
+
+
 def test_sizes_the_cluster_lacks_and_cpu(hub: Hub, user_token: str, api: KubeAPI) -> None:
     f = figures(hub, user_token, api)
     assert f["cpu"]["state"] == "cpu" and f["cpu"]["free"] is None
@@ -253,16 +283,6 @@ def test_a_version_attribute_compared_with_a_string_matches_nothing(api: KubeAPI
     dc_name = f"gs-driver-eq-{namespace}"[:63]
     api.apply(device_class(dc_name, match))
     try:
-        api.create(claim("eq", dc_name, []), namespace)
-        api.create(exec_pod("eq", claim_name="eq", command=["sleep", "3600"]), namespace)
-        waits.wait_for(
-            lambda: any(
-                "CEL runtime error: no such overload" in e
-                for e in waits.events_for(api, namespace, "Pod", "eq")
-            ),
-            30,
-            "the scheduler to report the CEL error",
-        )
-        assert not (api.get("ResourceClaim", "eq", namespace).get("status") or {}).get("allocation")
+        _scheduler_fails(api, namespace, dc_name, [], "CEL runtime error: no such overload")
     finally:
         api.delete("DeviceClass", dc_name)

@@ -12,6 +12,7 @@ from gpusessions.availability import (
     count_free,
     profile_figures,
     remaining_counters,
+    selector_errors,
 )
 from gpusessions.claims import GPURequest
 from gpusessions.sizes import DeviceMatch, parse_cel, quantity, semver
@@ -191,3 +192,37 @@ def test_version_attributes_match_as_the_scheduler_evaluates_them() -> None:
     # The stricter of two bounds wins when sizes are merged.
     merged = at_least.merge(DeviceMatch.of(versions={"driverVersion": "580.10.0"}))
     assert merged is not None and merged.versions_at_least == (("driverVersion", "580.10.0"),)
+
+
+def test_a_selector_that_fails_on_some_devices_is_shown_as_unknown() -> None:
+    """CEL stops with a runtime error on a device that lacks an attribute the selector reads,
+    unless another term is false, and the scheduler then fails the allocation: seen on the real
+    scheduler (tests/integration/test_picker.py). Such a size is unknown, with the reason."""
+    inv = _inv()
+    left = remaining_counters(inv, set())
+    whole = next(d for _, d in inv.devices if d["attributes"]["type"]["string"] == "gpu")
+    profile = DeviceMatch.of({"profile": "1g.10gb"})
+    assert profile.evaluate("gpu.nvidia.com", whole) is None  # no such key: profile
+    assert DeviceMatch.of({"type": "mig", "profile": "1g.10gb"}).evaluate("gpu.nvidia.com", whole) is False
+    version_eq = DeviceMatch.of({"driverVersion": "580.95.5"})
+    assert version_eq.evaluate("gpu.nvidia.com", whole) is None  # no such overload
+    assert DeviceMatch.of(capacity={"nope": "1"}).evaluate("gpu.nvidia.com", whole) is None
+    assert DeviceMatch.of(versions={"productName": "1.0.0"}).evaluate("gpu.nvidia.com", whole) is None
+    assert (
+        DeviceMatch.of(driver="other.example.com", attributes={"x": "y"}).evaluate("gpu.nvidia.com", whole)
+        is False
+    )
+
+    # The gpu.nvidia.com class lets the whole GPU through; `profile == '1g.10gb'` then fails on it.
+    sel = ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",)
+    f = profile_figures({"slug": "s"}, GPURequest("gpu.nvidia.com", 1, sel), inv, set(), CLASSES, left)
+    assert f["state"] == "unknown" and "fails with a CEL error on 1 device(s)" in f["note"]
+    assert selector_errors(inv, [profile]) == 1
+    # On the mig.nvidia.com class, the class's `type == 'mig'` is false on the whole GPU first.
+    f = profile_figures({"slug": "s"}, GPURequest("mig.nvidia.com", 1, sel), inv, set(), CLASSES, left)
+    assert f["state"] == "free"
+    sel_eq = ("device.attributes['gpu.nvidia.com'].driverVersion == '580.95.5'",)
+    f = profile_figures({"slug": "s"}, GPURequest("gpu.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
+    assert f["state"] == "unknown" and "fails with a CEL error on 1 device(s)" in f["note"]
+    f = profile_figures({"slug": "s"}, GPURequest("mig.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
+    assert f["state"] == "unknown" and "on 22 device(s)" in f["note"]
