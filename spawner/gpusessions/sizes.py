@@ -7,8 +7,8 @@ the Python matcher the availability figures use, so the two agree.
 
 Version attributes (`driverVersion`, `cudaDriverVersion`, `cudaComputeCapability`
 of the NVIDIA driver) are semantic versions in CEL: `driverVersion == '580.95.5'`
-compares a version with a string and never matches on the scheduler, so the
-Python matcher never matches it either; compare them with
+compares a version with a string, a CEL runtime error on the scheduler, so the
+Python matcher never matches it either (`evaluate` says None: an error); compare them with
 `.compareTo(semver('580.0.0')) >= 0` (`DeviceMatch.versions_at_least`).
 
 `parse_cel` reads back exactly that form of CEL (and the NVIDIA driver's
