@@ -73,16 +73,17 @@ def namespace(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[str]
     # Pods first, without grace: the namespace controller would otherwise wait
     # out each pod's grace period before it deletes the rest.
     cluster.api.delete_collection("Pod", name, grace_period=0)
+    cluster.api.delete_collection("ResourceClaim", name)
     cluster.api.delete("Namespace", name)
     # The namespace itself goes in the background; what the next test needs
-    # is that no device stays allocated to this one.
+    # is that no device stays allocated to this one. Not merely "deallocated
+    # now": a pod that was waiting for devices can still be placed by the
+    # scheduler as the others' devices free up, which allocates its claim
+    # after its pod is gone (the bind then fails) and left a device allocated
+    # into the next test. A claim that is gone (deleted here, gone once its
+    # allocation is released) cannot be allocated any more.
     waits.wait_for(
-        lambda: (
-            not any(
-                (c.get("status") or {}).get("allocation")
-                for c in cluster.api.list("ResourceClaim", name)["items"]
-            )
-        ),
+        lambda: not cluster.api.list("ResourceClaim", name)["items"],
         60,
-        f"the claims of namespace {name} to be deallocated",
+        f"the claims of namespace {name} to be released and deleted",
     )

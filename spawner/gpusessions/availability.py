@@ -48,6 +48,9 @@ class Inventory:
     by_key: dict[DeviceKey, Obj] = field(default_factory=dict)
     counters: dict[CounterKey, dict[str, Amount]] = field(default_factory=dict)
     consumption: dict[DeviceKey, Consumption] = field(default_factory=dict)
+    # The node of each (driver, pool): a claim's devices all come from the node its pod runs
+    # on. None for a pool that is not node-local (allNodes / nodeSelector).
+    pool_node: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
     @classmethod
     def from_slices(cls, slices: Iterable[Obj]) -> Inventory:
@@ -59,6 +62,7 @@ class Inventory:
         for s in ordered:
             spec = s["spec"]
             driver, pool = spec["driver"], spec["pool"]["name"]
+            inv.pool_node[(driver, pool)] = spec.get("nodeName") or None
             for cs in spec.get("sharedCounters") or []:
                 inv.counters[(driver, pool, cs["name"])] = {
                     k: _amount(v["value"]) for k, v in (cs.get("counters") or {}).items()
@@ -79,6 +83,14 @@ class Inventory:
 
     def candidates(self, match: DeviceMatch) -> list[DeviceKey]:
         return [k for k, d in self.devices if match.matches(k[0], d)]
+
+    def by_node(self, keys: list[DeviceKey]) -> list[list[DeviceKey]]:
+        """`keys` split by node, in order (devices of a pool that is not node-local make a group
+        of their own: counted as if they could not be combined with any node's devices)."""
+        groups: dict[str | None, list[DeviceKey]] = {}
+        for k in keys:
+            groups.setdefault(self.pool_node.get((k[0], k[1])), []).append(k)
+        return list(groups.values())
 
 
 def allocated_devices(claims: Iterable[Obj]) -> set[DeviceKey]:
@@ -107,22 +119,45 @@ def remaining_counters(inv: Inventory, allocated: set[DeviceKey]) -> dict[Counte
     return left
 
 
-def size_match(
+def size_parts(
     request_classes: list[str], selectors: list[str], classes: dict[str, Obj]
-) -> DeviceMatch | None:
-    """The structured match of (device class, selectors), or None when it cannot be read."""
+) -> list[DeviceMatch] | None:
+    """The structured match of each selector of (device class, selectors), in the order the
+    scheduler evaluates them, or None when one cannot be read."""
     if len(request_classes) != 1:
         return None
     dc = classes.get(request_classes[0])
     if dc is None:
         return None
     exprs = [s["cel"]["expression"] for s in (dc.get("spec") or {}).get("selectors") or [] if "cel" in s]
-    exprs += selectors
+    parts = [parse_cel(e) for e in exprs + selectors]
+    return None if any(m is None for m in parts) else [m for m in parts if m is not None]
+
+
+def selector_errors(inv: Inventory, parts: list[DeviceMatch]) -> int:
+    """Devices on which the scheduler's evaluation of these selectors (one after another, each
+    until one is false) stops with a CEL runtime error: the scheduler then fails the allocation
+    instead of skipping the device, whenever it reaches such a device."""
+    n = 0
+    for key, d in inv.devices:
+        for m in parts:
+            r = m.evaluate(key[0], d)
+            if r is None:
+                n += 1
+            if r is not True:
+                break
+    return n
+
+
+def size_match(
+    request_classes: list[str], selectors: list[str], classes: dict[str, Obj]
+) -> DeviceMatch | None:
+    """The structured match of (device class, selectors), or None when it cannot be read."""
+    parts = size_parts(request_classes, selectors, classes)
+    if parts is None:
+        return None
     match: DeviceMatch | None = None
-    for e in exprs:
-        m = parse_cel(e)
-        if m is None:
-            return None
+    for m in parts:
         match = m if match is None else match.merge(m)
         if match is None:
             return DeviceMatch(driver="(nothing)")  # contradictory: matches no device
@@ -140,13 +175,22 @@ def count_free(
 ) -> tuple[int, int, list[Obj]]:
     """(sessions that can start now, sessions on an empty cluster, matching devices).
 
-    `candidates` and `total` depend only on the slices: pass them to skip matching again."""
+    `candidates` and `total` (devices that fit on an empty cluster, used when one device makes a
+    session) depend only on the slices: pass them to skip matching again."""
     keys = candidates if candidates is not None else inv.candidates(match)
-    now = _greedy(inv, keys, allocated, left if left is not None else remaining_counters(inv, allocated))
-    if total is None:
-        total = _greedy(inv, keys, set(), inv.counters)
     per = max(per_session, 1)
-    return now // per, total // per, [inv.by_key[k] for k in keys[:1]]
+    left = left if left is not None else remaining_counters(inv, allocated)
+    if per == 1:
+        now = _greedy(inv, keys, allocated, left)
+        if total is None:
+            total = _greedy(inv, keys, set(), inv.counters)
+        return now, total, [inv.by_key[k] for k in keys[:1]]
+    # Several devices per session: the scheduler takes them all from one node, so what is
+    # free counts per node (3 free GPUs on one node and 1 on another make 1 session of 2).
+    by_node = inv.by_node(keys)
+    now = sum(_greedy(inv, ks, allocated, left) // per for ks in by_node)
+    total = sum(_greedy(inv, ks, set(), inv.counters) // per for ks in by_node)
+    return now, total, [inv.by_key[k] for k in keys[:1]]
 
 
 def _greedy(
@@ -204,6 +248,19 @@ def device_memory(device: Obj | None) -> int | None:
     return int(quantity(cap["value"])) if cap else None
 
 
+def _unknown(base: Obj, request: GPURequest, note: str) -> Obj:
+    return {
+        **base,
+        "gpu": request.describe(),
+        "state": "unknown",
+        "free": None,
+        "total": None,
+        "memory": None,
+        "compute": "",
+        "note": note,
+    }
+
+
 def profile_figures(
     profile: Obj,
     request: GPURequest,
@@ -211,11 +268,12 @@ def profile_figures(
     allocated: set[DeviceKey],
     classes: dict[str, Obj],
     left: dict[CounterKey, dict[str, Amount]],
-    slice_memo: dict[Any, tuple[list[DeviceKey], int]] | None = None,
+    slice_memo: dict[Any, tuple[list[DeviceKey], int, int]] | None = None,
 ) -> Obj:
     """The figures the picker shows for one profile.
 
-    `slice_memo` keeps, per size, the matching devices and the empty-cluster count: they
+    `slice_memo` keeps, per size, the matching devices, the empty-cluster count and the devices
+    its selectors fail on (a size with any is shown as unknown, with the reason): they
     change only with the slices, so claims changing costs only the count of what is free."""
     base = {
         "slug": profile["slug"],
@@ -244,22 +302,22 @@ def profile_figures(
             continue
         match = size_match([device_class], selectors, classes)
         if match is None:
-            return {
-                **base,
-                "gpu": request.describe(),
-                "state": "unknown",
-                "free": None,
-                "total": None,
-                "memory": None,
-                "compute": "",
-                "note": "this size uses a selector the picker cannot evaluate",
-            }
-        cached = slice_memo.get(match) if slice_memo is not None else None
+            return _unknown(base, request, "this size uses a selector the picker cannot evaluate")
+        parts = tuple(size_parts([device_class], selectors, classes) or ())
+        cached = slice_memo.get((match, parts)) if slice_memo is not None else None
         if cached is None:
             keys = inv.candidates(match)
-            cached = (keys, _greedy(inv, keys, set(), inv.counters))
+            cached = (keys, _greedy(inv, keys, set(), inv.counters), selector_errors(inv, list(parts)))
             if slice_memo is not None:
-                slice_memo[match] = cached
+                slice_memo[(match, parts)] = cached
+        if cached[2]:
+            return _unknown(
+                base,
+                request,
+                f"this size's selector fails with a CEL error on {cached[2]} device(s) of the "
+                "cluster (an attribute or capacity they lack, or a version compared with a "
+                "string), so the scheduler may refuse it",
+            )
         free, total, devices = count_free(inv, match, allocated, count, left, cached[0], cached[1])
         cand = (free, total, devices[0] if devices else None, count)
         if best is None or (cand[0], cand[1]) > (best[0], best[1]):

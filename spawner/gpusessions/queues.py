@@ -119,3 +119,40 @@ def over_quota(use: TeamUse, limit: float, want: Fraction, what: str) -> str | N
         f"its {use.sessions} session(s) hold {fmt(use.used)} now, and {what} ({fmt(want)}) would pass "
         "that. Wait until a colleague releases a GPU, or pick a smaller size."
     )
+
+
+def _num(x: Fraction | float) -> str:
+    x = Fraction(x).limit_denominator(1000)
+    return str(x.numerator) if x.denominator == 1 else f"{float(x):.2f}"
+
+
+def team_text(use: TeamUse, limit: float | None) -> str:
+    """The team's line in the picker: "Team team-a: 3 of 8 GPUs in use." (GPU-equivalents)."""
+    if limit is None:
+        return f"Team {use.queue}: {_num(use.used)} GPUs in use (no team limit)."
+    return f"Team {use.queue}: {_num(use.used)} of {_num(limit)} GPUs in use."
+
+
+def team_figure(use: TeamUse, limit: float | None, want: Fraction, own: Fraction = Fraction(0)) -> Obj:
+    """The picker's team figures for one size: the team's use and limit (GPU-equivalents) and
+    whether starting this size would pass the limit, as the spawner's check decides it (`own`:
+    what the user's own kept claim holds, which a restart reuses rather than adds)."""
+    exceeds = (
+        limit is not None and over_quota(TeamUse(use.queue, use.used - own, 0), limit, want, "") is not None
+    )
+    note = ""
+    if exceeds:
+        note = (
+            f"This size counts {fmt(want)}: with it your team would pass its limit of {fmt(limit or 0)}, "
+            "so starting it is refused until a colleague releases a GPU."
+        )
+    return {
+        "name": use.queue,
+        "used": float(use.used),
+        "sessions": use.sessions,
+        "limit": None if limit is None else float(limit),
+        "size": float(want),
+        "exceeds": exceeds,
+        "text": team_text(use, limit),
+        "note": note,
+    }

@@ -1,11 +1,19 @@
 """One definition of a GPU size: a structured device match.
 
 A `DeviceMatch` (driver, attributes that must equal a value, capacities that
-must be at least a quantity) produces both the CEL selector the scheduler
-evaluates and the Python matcher the availability figures use, so the two
-agree. `parse_cel` reads back exactly that form of CEL (and the NVIDIA
-driver's DeviceClass selectors, which have it); any other CEL returns None and
-the picker shows the availability of that size as unknown.
+must be at least a quantity, version attributes that must be at least a
+semantic version) produces both the CEL selector the scheduler evaluates and
+the Python matcher the availability figures use, so the two agree.
+
+Version attributes (`driverVersion`, `cudaDriverVersion`, `cudaComputeCapability`
+of the NVIDIA driver) are semantic versions in CEL: `driverVersion == '580.95.5'`
+compares a version with a string, a CEL runtime error on the scheduler, so the
+Python matcher never matches it either (`evaluate` says None: an error); compare them with
+`.compareTo(semver('580.0.0')) >= 0` (`DeviceMatch.versions_at_least`).
+
+`parse_cel` reads back exactly that form of CEL (and the NVIDIA driver's
+DeviceClass selectors, which have it); any other CEL returns None and the
+picker shows the availability of that size as unknown.
 """
 
 from __future__ import annotations
@@ -55,6 +63,27 @@ def quantity(q: str | int) -> Fraction:
     return num * _SUFFIX[m.group(3) or ""]
 
 
+_SEMVER = re.compile(
+    r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*))*))?"
+    r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
+)
+
+
+def semver(v: str) -> tuple[Any, ...]:
+    """A semantic version (semver.org 2.0, as CEL's `semver()` parses it) as a key that sorts by
+    precedence: a pre-release comes before its release; build metadata is ignored."""
+    m = _SEMVER.match(v)
+    if not m:
+        raise ValueError(f"not a semantic version: {v!r}")
+    pre = m.group(4)
+    ids: tuple[tuple[int, int, str], ...] = (
+        tuple((0, int(i), "") if i.isdigit() else (1, 0, i) for i in pre.split(".")) if pre else ()
+    )
+    # No pre-release sorts after any pre-release of the same version.
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3)), 0 if pre else 1, ids)
+
+
 def _literal(v: str | int | bool) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -68,6 +97,7 @@ class DeviceMatch:
     driver: str = DRIVER
     attributes: tuple[tuple[str, str | int | bool], ...] = ()
     capacity_at_least: tuple[tuple[str, str], ...] = ()
+    versions_at_least: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(
@@ -75,6 +105,7 @@ class DeviceMatch:
         attributes: dict[str, Any] | None = None,
         capacity: dict[str, str] | None = None,
         driver: str = DRIVER,
+        versions: dict[str, str] | None = None,
     ) -> DeviceMatch:
         attrs = tuple(sorted((str(k), v) for k, v in (attributes or {}).items()))
         for k, v in attrs:
@@ -83,7 +114,10 @@ class DeviceMatch:
         caps = tuple(sorted((str(k), str(v)) for k, v in (capacity or {}).items()))
         for _, v in caps:
             quantity(v)
-        return cls(driver, attrs, caps)
+        vers = tuple(sorted((str(k), str(v)) for k, v in (versions or {}).items()))
+        for _, v in vers:
+            semver(v)
+        return cls(driver, attrs, caps, vers)
 
     def cel(self) -> str:
         """The CEL selector: what the scheduler evaluates."""
@@ -95,26 +129,47 @@ class DeviceMatch:
             f"device.capacity[{_literal(self.driver)}].{k}.compareTo(quantity({_literal(v)})) >= 0"
             for k, v in self.capacity_at_least
         ]
+        parts += [
+            f"device.attributes[{_literal(self.driver)}].{k}.compareTo(semver({_literal(v)})) >= 0"
+            for k, v in self.versions_at_least
+        ]
         return " && ".join(parts)
 
     def matches(self, driver: str, device: Obj) -> bool:
         """The same test in Python, on a device of a ResourceSlice."""
+        return self.evaluate(driver, device) is True
+
+    def evaluate(self, driver: str, device: Obj) -> bool | None:
+        """What the scheduler's CEL gives on this device: True, False, or None for a CEL runtime
+        error (an attribute or capacity the device lacks, a version compared with a string),
+        which CEL's `&&` absorbs only when another term is false."""
         if driver != self.driver:
             return False
+        error = False
         attrs = device.get("attributes") or {}
         for k, want in self.attributes:
             a = attrs.get(k)
-            if a is None:
-                return False
-            have = a.get("string", a.get("int", a.get("bool", a.get("version"))))
+            if a is None or "version" in a:  # no such key; a version == a string: no such overload
+                error = True
+                continue
+            have = a.get("string", a.get("int", a.get("bool")))
             if type(have) is not type(want) or have != want:
                 return False
+        for k, least in self.versions_at_least:
+            a = attrs.get(k) or {}
+            try:
+                if semver(a["version"]) < semver(least):
+                    return False
+            except (KeyError, ValueError):  # no such key, or not a version: no compareTo(semver)
+                error = True
         caps = device.get("capacity") or {}
         for k, least in self.capacity_at_least:
             c = caps.get(k)
-            if c is None or quantity(c["value"]) < quantity(least):
+            if c is None:
+                error = True
+            elif quantity(c["value"]) < quantity(least):
                 return False
-        return True
+        return None if error else True
 
     def merge(self, other: DeviceMatch) -> DeviceMatch | None:
         """Both matches at once (None if they can never hold together)."""
@@ -128,13 +183,24 @@ class DeviceMatch:
         caps = dict(self.capacity_at_least)
         for k, v in other.capacity_at_least:
             caps[k] = max(caps.get(k, v), v, key=quantity)
-        return DeviceMatch(self.driver, tuple(sorted(attrs.items())), tuple(sorted(caps.items())))
+        vers = dict(self.versions_at_least)
+        for k, v in other.versions_at_least:
+            vers[k] = max(vers.get(k, v), v, key=semver)
+        return DeviceMatch(
+            self.driver,
+            tuple(sorted(attrs.items())),
+            tuple(sorted(caps.items())),
+            tuple(sorted(vers.items())),
+        )
 
 
 _STR = r"'((?:[^'\\]|\\.)*)'"
 _TERM_DRIVER = re.compile(rf"^device\.driver\s*==\s*{_STR}$")
 _TERM_ATTR = re.compile(
     rf"^device\.attributes\[{_STR}\]\.([A-Za-z][A-Za-z0-9_]*)\s*==\s*({_STR}|-?[0-9]+|true|false)$"
+)
+_TERM_VER = re.compile(
+    rf"^device\.attributes\[{_STR}\]\.([A-Za-z][A-Za-z0-9_]*)\.compareTo\(\s*semver\(\s*{_STR}\s*\)\s*\)\s*>=\s*0$"
 )
 _TERM_CAP = re.compile(
     rf"^device\.capacity\[{_STR}\]\.([A-Za-z][A-Za-z0-9_]*)\.compareTo\(\s*quantity\(\s*{_STR}\s*\)\s*\)\s*>=\s*0$"
@@ -163,6 +229,7 @@ def parse_cel(expression: str) -> DeviceMatch | None:
     driver: str | None = None
     attrs: dict[str, str | int | bool] = {}
     caps: dict[str, str] = {}
+    vers: dict[str, str] = {}
     domains: set[str] = set()
     for raw in expr.split("&&"):
         term = raw.strip()
@@ -187,6 +254,14 @@ def parse_cel(expression: str) -> DeviceMatch | None:
             except ValueError:
                 return None
             caps[m.group(2)] = max(caps.get(m.group(2), q), q, key=quantity)
+        elif m := _TERM_VER.match(term):
+            domains.add(_unquote(m.group(1)))
+            v = _unquote(m.group(3))
+            try:
+                semver(v)
+            except ValueError:
+                return None
+            vers[m.group(2)] = max(vers.get(m.group(2), v), v, key=semver)
         else:
             return None
     if len(domains) > 1:
@@ -196,7 +271,9 @@ def parse_cel(expression: str) -> DeviceMatch | None:
         driver = domain or DRIVER
     if domain is not None and domain != driver:
         return None
-    return DeviceMatch(driver, tuple(sorted(attrs.items())), tuple(sorted(caps.items())))
+    return DeviceMatch(
+        driver, tuple(sorted(attrs.items())), tuple(sorted(caps.items())), tuple(sorted(vers.items()))
+    )
 
 
 def _balanced(s: str) -> bool:
@@ -226,8 +303,10 @@ def size_selectors(size: dict[str, Any] | None) -> tuple[str, ...]:
     """The CEL selector of a `gpu_size` setting (empty for no size)."""
     if not size:
         return ()
-    unknown = set(size) - {"attributes", "capacity", "driver"}
+    unknown = set(size) - {"attributes", "capacity", "driver", "versions"}
     if unknown:
-        raise ValueError(f"gpu_size accepts attributes, capacity and driver, not {sorted(unknown)}")
-    match = DeviceMatch.of(size.get("attributes"), size.get("capacity"), size.get("driver", DRIVER))
+        raise ValueError(f"gpu_size accepts attributes, capacity, versions and driver, not {sorted(unknown)}")
+    match = DeviceMatch.of(
+        size.get("attributes"), size.get("capacity"), size.get("driver", DRIVER), size.get("versions")
+    )
     return (match.cel(),)

@@ -95,8 +95,9 @@ class GPUSessionSpawner(KubeSpawner):
         {},
         config=True,
         help="""A structured size, instead of (or with) CEL selectors: `{"attributes": {"profile":
-        "1g.10gb"}, "capacity": {"memory": "10Gi"}}` means attributes equal to these values and
-        capacities at least these quantities. It becomes a CEL selector for the scheduler and the
+        "1g.10gb"}, "capacity": {"memory": "10Gi"}, "versions": {"driverVersion": "580.0.0"}}` means
+        attributes equal to these values, capacities at least these quantities and version
+        attributes at least these semantic versions. It becomes a CEL selector for the scheduler and the
         same test in Python for the picker, so the two agree.""",
     )
     gpu_first_available = List(

@@ -3,8 +3,12 @@ and DeviceClasses, one set per hub process, and the availability figures
 computed from them; and a watch of the holder pods per namespace (`holder_watch`)
 for the spawner's poll.
 
-Figures are recomputed only when a watched object changed (and at most once
-per `min_interval`), never per page view: a view reads the cached result.
+Figures are recomputed when a watched object changed, at most once per
+`min_interval`, by a callback the change schedules on the event loop (not by
+the page view that comes next): the counts of the sizes views asked for lately
+(`recent`) are ready before the next view, which reads them. A view finds
+them stale only for a size nobody asked for since the last change, or while a
+recount is not yet due (then it recounts itself, once per version).
 """
 
 from __future__ import annotations
@@ -121,9 +125,10 @@ class Cache:
 class ClusterView:
     """Slices, claims and device classes, and the derived inventory."""
 
-    def __init__(self, min_interval: float = 0.5):
-        load_config()
-        api = shared_client("ResourceV1Api")
+    def __init__(self, min_interval: float = 0.5, api: Any = None, start: bool = True):
+        if api is None:
+            load_config()
+            api = shared_client("ResourceV1Api")
         self.version = 0
         self._computed_version = -1
         self._computed_at = 0.0
@@ -131,11 +136,22 @@ class ClusterView:
         self.slices = Cache("resourceslices", api.list_resource_slice, self._changed)
         self.claims = Cache("resourceclaims", api.list_resource_claim_for_all_namespaces, self._changed)
         self.classes = Cache("deviceclasses", api.list_device_class, self._changed)
-        self._tasks = [asyncio.ensure_future(c.run()) for c in (self.slices, self.claims, self.classes)]
+        self._tasks = (
+            [asyncio.ensure_future(c.run()) for c in (self.slices, self.claims, self.classes)]
+            if start
+            else []
+        )
         self._derived: tuple[Inventory, set[Any], dict[Any, Any], dict[str, Obj]] | None = None
         self.memo: dict[Any, Obj] = {}  # figures per (data version, request): see picker
         self.slice_memo: dict[Any, Any] = {}  # matching devices per size, per slices version
         self._shape_version: tuple[int, int] = (-1, -1)
+        # The requests views asked for lately, counted again after each change by `warm`
+        # (set by the picker: `picker.warm`), so the next view reads figures already made.
+        self.recent: dict[Any, Any] = {}
+        self.warm: Callable[[ClusterView], None] | None = None
+        self._recount: asyncio.TimerHandle | None = None
+        self.recounts = 0  # recounts made after a change (not inside a view)
+        self.computed_from = (0, 0)  # (slices, claims) the derived data was made from
 
     @property
     def computed_version(self) -> int:
@@ -143,6 +159,27 @@ class ClusterView:
 
     def _changed(self) -> None:
         self.version += 1
+        self._schedule_recount()
+
+    def _schedule_recount(self) -> None:
+        if self._recount is None:
+            delay = max(0.0, self.min_interval - (time.monotonic() - self._computed_at))
+            self._recount = asyncio.get_running_loop().call_later(delay, self._recount_now)
+
+    def _recount_now(self) -> None:
+        """Recount after a change (scheduled by `_changed`, at most once per `min_interval`)."""
+        self._recount = None
+        if not all(c.ready.is_set() for c in (self.slices, self.claims, self.classes)):
+            return  # still listing: the last list's change schedules the recount
+        try:
+            self.derived()
+            if self.warm is not None:
+                self.warm(self)
+            self.recounts += 1
+        except Exception:  # the figures stay as they were; the next view recounts and says why
+            log.exception("recounting the picker's figures failed")
+        if self._computed_version != self.version:  # changed again within min_interval
+            self._schedule_recount()
 
     async def wait_ready(self, timeout: float = 10) -> bool:
         try:
@@ -179,12 +216,15 @@ class ClusterView:
             left = remaining_counters(inv, allocated)
             self._derived = (inv, allocated, left, classes)
             self._computed_version = version
+            self.computed_from = (len(self.slices.objects), len(self.claims.objects))
             self._computed_at = now
         return self._derived
 
     def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
+        if self._recount is not None:
+            self._recount.cancel()
 
 
 _views: dict[int, ClusterView] = {}

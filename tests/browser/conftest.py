@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Error, Page, sync_playwright
 
 from localcluster.hubproc import Hub
 from localcluster.paths import REPO_ROOT
@@ -53,3 +54,23 @@ def login(page: Page, hub: Hub, user: str) -> None:
     page.get_by_label("Password").fill("test-password")
     page.get_by_role("button", name=re.compile("sign in", re.I)).click()
     page.wait_for_url(re.compile(r"/(hub|user)/"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """When a browser test fails, save a screenshot of every page it has open
+    (test-artifacts/FAILED-<test>-<n>.png), so the failure can be seen."""
+    outcome = yield
+    report = outcome.get_result()
+    browser = getattr(item, "funcargs", {}).get("browser")
+    if report.when != "call" or not report.failed or browser is None:
+        return
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", item.name)
+    pages = [p for ctx in browser.contexts for p in ctx.pages]
+    for i, page in enumerate(pages):
+        try:
+            shot(page, f"FAILED-{name}-{i}")
+        except Error as e:  # a page that crashed: say so, keep the test's own failure
+            report.sections.append(("screenshot", f"page {i}: no screenshot ({e})"))
+        else:
+            report.sections.append(("screenshot", f"saved {ARTIFACTS / f'FAILED-{name}-{i}.png'}"))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import re
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -203,3 +205,31 @@ def gpu_objects(api: KubeAPI, namespace: str) -> dict[str, list[dict[str, Any]]]
             "items"
         ],
     }
+
+
+def logged_in(hub: Hub, user: str) -> urllib.request.OpenerDirector:
+    """A cookie session of `user`, logged in through the hub's login form (DummyAuthenticator)."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(hub.url + "/hub/login", timeout=30).read()
+    xsrf = next(c.value for c in jar if c.name == "_xsrf")
+    data = urllib.parse.urlencode({"username": user, "password": "test-password", "_xsrf": xsrf}).encode()
+    opener.open(hub.url + "/hub/login", data=data, timeout=30).read()
+    return opener
+
+
+def user_token(hub: Hub, user: str) -> str:
+    """An API token of `user` (created with the user if needed)."""
+    hub.api("POST", f"/users/{user}")
+    code, tok = hub.api("POST", f"/users/{user}/tokens", {"note": "test"})
+    assert code == 201, tok
+    return str(tok["token"])
+
+
+def availability(hub: Hub, token: str) -> dict[str, Any]:
+    """GET /hub/api/gpusessions/availability with a user's token."""
+    req = urllib.request.Request(
+        hub.hub_api + "/gpusessions/availability", headers={"Authorization": f"token {token}"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())  # type: ignore[no-any-return]

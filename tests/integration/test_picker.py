@@ -3,7 +3,7 @@ with the real CEL evaluation."""
 
 from __future__ import annotations
 
-import json
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,37 +14,40 @@ import pytest
 from gpusessions.availability import Inventory
 from gpusessions.sizes import DeviceMatch, device_class
 from localcluster import waits
-from localcluster.hubproc import Hub
+from localcluster.hubproc import Hub, start_hub
 from localcluster.kubeapi import KubeAPI
-from localcluster.shapes import gpu_uuid
-from localcluster.testing import exec_pod
+from localcluster.runtime import now_iso
+from localcluster.shapes import build_node, build_node_status, build_slices, gpu_uuid, parse_shape
+from localcluster.testing import claim, exec_pod
 
-from .hubtools import gpu_hub
+from . import hubtools
+from .hubtools import GPU_HUB_CONFIG
 
 pytestmark = pytest.mark.cluster
 
 
+MORE_PROFILES = """
+EXTRA.append({"display_name": "Two whole GPUs", "slug": "gpu-x2",
+              "kubespawner_override": {"gpu_device_class": "gpu.nvidia.com", "gpu_count": 2}})
+EXTRA.append({"display_name": "A MIG profile asked of whole GPUs", "slug": "gpu-profile",
+              "kubespawner_override": {"gpu_device_class": "gpu.nvidia.com",
+                                       "gpu_selectors": [ONE_G]}})
+"""
+
+
 @pytest.fixture
 def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    h = gpu_hub(namespace, tmp_path / "hub")
+    h = start_hub(
+        GPU_HUB_CONFIG.format(namespace=namespace) + f"ONE_G = {ONE_G[0]!r}\n" + MORE_PROFILES,
+        tmp_path / "hub",
+    )
     yield h
     h.stop()
 
 
 @pytest.fixture
 def user_token(hub: Hub) -> str:
-    hub.api("POST", "/users/picker")
-    code, tok = hub.api("POST", "/users/picker/tokens", {"note": "picker"})
-    assert code == 201
-    return str(tok["token"])
-
-
-def availability(hub: Hub, token: str) -> dict[str, Any]:
-    req = urllib.request.Request(
-        hub.hub_api + "/gpusessions/availability", headers={"Authorization": f"token {token}"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())  # type: ignore[no-any-return]
+    return hubtools.user_token(hub, "picker")
 
 
 def figures(hub: Hub, token: str, api: KubeAPI) -> dict[str, dict[str, Any]]:
@@ -56,36 +59,46 @@ def figures(hub: Hub, token: str, api: KubeAPI) -> dict[str, dict[str, Any]]:
             for c in api.list("ResourceClaim")["items"]
             if (c.get("status") or {}).get("allocation")
         )
-        body = availability(hub, token)
-        return body if body["seen"]["allocated_devices"] == allocated else None
+        slices = len(api.list("ResourceSlice")["items"])
+        body = hubtools.availability(hub, token)
+        seen = body["seen"]
+        return body if (seen["allocated_devices"], seen["slices"]) == (allocated, slices) else None
 
-    body = waits.wait_for(caught_up, 20, "the picker to see every allocation")
+    body = waits.wait_for(caught_up, 20, "the picker to see every slice and allocation")
     return {p["slug"]: p for p in body["profiles"]}
 
 
-def _claim(name: str, device_class_name: str, selectors: list[str]) -> dict[str, Any]:
-    from localcluster.testing import claim
-
-    return claim(name, device_class_name, selectors)
-
-
 def _fill(
-    api: KubeAPI, ns: str, prefix: str, n: int, device_class_name: str, selectors: list[str]
+    api: KubeAPI, ns: str, prefix: str, n: int, device_class_name: str, selectors: list[str], count: int = 1
 ) -> list[str]:
-    """Create n claims (with a pod each) and wait until all are allocated."""
+    """Create n claims of `count` devices (with a pod each) and wait until all are allocated."""
     names = [f"{prefix}-{i}" for i in range(n)]
     for name in names:
-        api.create(_claim(name, device_class_name, selectors), ns)
+        api.create(claim(name, device_class_name, selectors, count), ns)
         api.create(exec_pod(name, claim_name=name, command=["sleep", "3600"]), ns)
     for name in names:
         waits.claim_allocated(api, ns, name)
     return names
 
 
-def _one_more_waits(api: KubeAPI, ns: str, name: str, device_class_name: str, selectors: list[str]) -> None:
-    api.create(_claim(name, device_class_name, selectors), ns)
+def _one_more_waits(
+    api: KubeAPI, ns: str, name: str, device_class_name: str, selectors: list[str], count: int = 1
+) -> None:
+    api.create(claim(name, device_class_name, selectors, count), ns)
     api.create(exec_pod(name, claim_name=name, command=["sleep", "3600"]), ns)
     assert "cannot allocate all claims" in waits.pod_unschedulable(api, ns, name)
+
+
+def _scheduler_fails(api: KubeAPI, ns: str, device_class_name: str, selectors: list[str], error: str) -> None:
+    """A claim of this class and selectors (with a pod) is not allocated: the scheduler reports `error`."""
+    api.create(claim("bad", device_class_name, selectors), ns)
+    api.create(exec_pod("bad", claim_name="bad", command=["sleep", "3600"]), ns)
+    waits.wait_for(
+        lambda: any(error in e for e in waits.events_for(api, ns, "Pod", "bad")),
+        30,
+        f"the scheduler to report {error!r}",
+    )
+    assert not (api.get("ResourceClaim", "bad", ns).get("status") or {}).get("allocation")
 
 
 ONE_G = ["device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"]
@@ -144,6 +157,67 @@ def test_n_free_whole_gpus_means_n_allocate(hub: Hub, user_token: str, api: Kube
     assert f["mig-1g-10gb"]["free"] == 2
 
 
+@pytest.fixture
+def second_node(api: KubeAPI, namespace: str) -> Iterator[str]:
+    """A second GPU node with 3 whole GPUs, published as the runtime would (Node Ready, slices).
+    No runtime runs its pods: what is tested is where the scheduler allocates."""
+    name = f"extra-{namespace}"[:63]
+    spec = parse_shape("extra", {"nodes": [{"name": name, "gpus": [{"model": "H100-80GB"}] * 3}]}).nodes[0]
+    node = build_node(spec)
+    del node["metadata"]["labels"]["devcluster.gpusessions.io/node"]  # not the runtime's: it would delete it
+    api.create(node)
+    api.patch("Node", name, build_node_status(spec, now_iso()), subresource="status")
+    slices = build_slices(spec)
+    for s in slices:
+        s["metadata"]["labels"] = {"test.gpusessions.io/extra": "true"}
+        api.create(s)
+    yield name
+    for s in slices:
+        api.delete("ResourceSlice", s["metadata"]["name"])
+    api.delete("Node", name)
+
+
+def test_sessions_of_two_devices_count_per_node(
+    hub: Hub, user_token: str, api: KubeAPI, namespace: str, second_node: str
+) -> None:
+    """The scheduler takes both devices of a claim from one node: 1 whole GPU on gpu-node-0 and
+    3 on the second node make 1 session of 2 GPUs, not 4 // 2 = 2."""
+    f = figures(hub, user_token, api)
+    assert (f["gpu"]["free"], f["gpu-x2"]["free"], f["gpu-x2"]["total"]) == (4, 1, 1)
+    assert f["gpu-x2"]["compute"] == "2 whole GPUs"
+    names = _fill(api, namespace, "two", 1, "gpu.nvidia.com", [], count=2)
+    results = api.get("ResourceClaim", names[0], namespace)["status"]["allocation"]["devices"]["results"]
+    assert {r["pool"] for r in results} == {second_node}
+    _one_more_waits(api, namespace, "two-extra", "gpu.nvidia.com", [], count=2)
+    f = figures(hub, user_token, api)
+    assert (f["gpu"]["free"], f["gpu-x2"]["free"], f["gpu-x2"]["state"]) == (2, 0, "none-free")
+
+
+@pytest.mark.parametrize("auth", [None, "token not-a-real-token"])
+def test_availability_needs_a_login(hub: Hub, auth: str | None) -> None:
+    """Without a login (no cookie, no token) or with a bad token: 403 and no figures."""
+    req = urllib.request.Request(
+        hub.hub_api + "/gpusessions/availability", headers={"Authorization": auth} if auth else {}
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    assert err.value.code == 403
+    body = err.value.read().decode()
+    assert "profiles" not in body and "free" not in body, body
+
+
+def test_a_size_whose_selector_fails_on_a_device_is_unknown(
+    hub: Hub, user_token: str, api: KubeAPI, namespace: str
+) -> None:
+    """The gpu.nvidia.com class lets the whole GPU through, and `profile == '1g.10gb'` then fails
+    on it (it has no profile attribute): the scheduler fails the claim with a CEL runtime error
+    rather than skipping the device, so the picker does not count it as free."""
+    f = figures(hub, user_token, api)
+    assert f["gpu-profile"]["state"] == "unknown" and f["gpu-profile"]["free"] is None
+    assert "fails with a CEL error on 1 device(s)" in f["gpu-profile"]["availability"]
+    _scheduler_fails(api, namespace, "gpu.nvidia.com", ONE_G, "CEL runtime error: no such key: profile")
+
+
 def test_sizes_the_cluster_lacks_and_cpu(hub: Hub, user_token: str, api: KubeAPI) -> None:
     f = figures(hub, user_token, api)
     assert f["cpu"]["state"] == "cpu" and f["cpu"]["free"] is None
@@ -151,6 +225,10 @@ def test_sizes_the_cluster_lacks_and_cpu(hub: Hub, user_token: str, api: KubeAPI
     assert f["tpu"]["state"] == "not-offered"
     assert f["mig-1g-10gb"]["memory"] == 9984 * 2**20
     assert f["mig-1g-10gb"]["compute"] == "1/7 of a GPU"
+    # Without KAI queues (no `kai_queue`) there is no team figure, and the form shows none.
+    assert all(p["queue"] is None for p in f.values())
+    page = hubtools.logged_in(hub, "picker").open(hub.url + "/hub/spawn/picker", timeout=30).read().decode()
+    assert "gs-avail-mig-1g-10gb" in page and 'id="gs-team' not in page
 
 
 SIZES = {
@@ -160,6 +238,11 @@ SIZES = {
     "gs-whole": DeviceMatch.of({"type": "gpu"}),
     "gs-whole-big": DeviceMatch.of({"type": "gpu"}, {"memory": "70Gi"}),
     "gs-none": DeviceMatch.of({"type": "mig", "profile": "9g.99gb"}),
+    "gs-driver-ok": DeviceMatch.of({"type": "gpu"}, versions={"driverVersion": "580.9.0"}),
+    "gs-driver-new": DeviceMatch.of({"type": "gpu"}, versions={"driverVersion": "581.0.0"}),
+    "gs-hopper-3g": DeviceMatch.of(
+        {"type": "mig", "profile": "3g.40gb"}, versions={"cudaComputeCapability": "9.0.0"}
+    ),
 }
 
 
@@ -187,5 +270,19 @@ def test_generated_cel_and_python_matcher_agree_on_every_device(
             for r in api.get("ResourceClaim", n, namespace)["status"]["allocation"]["devices"]["results"]
         }
         assert scheduler_side == python_side
+    finally:
+        api.delete("DeviceClass", dc_name)
+
+
+def test_a_version_attribute_compared_with_a_string_matches_nothing(api: KubeAPI, namespace: str) -> None:
+    """driverVersion is a semver in CEL: `== '580.95.5'` has no overload, so the scheduler
+    allocates nothing (it reports the CEL error); the Python matcher matches no device either."""
+    match = DeviceMatch.of({"type": "gpu", "driverVersion": "580.95.5"})
+    inv = Inventory.from_slices(api.list("ResourceSlice")["items"])
+    assert [k for k, d in inv.devices if match.matches(k[0], d)] == []
+    dc_name = f"gs-driver-eq-{namespace}"[:63]
+    api.apply(device_class(dc_name, match))
+    try:
+        _scheduler_fails(api, namespace, dc_name, [], "CEL runtime error: no such overload")
     finally:
         api.delete("DeviceClass", dc_name)

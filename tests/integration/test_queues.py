@@ -7,15 +7,27 @@ is tested is everything gpusessions does for KAI, on a real apiserver and schedu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from localcluster import waits
 from localcluster.hubproc import Hub, start_hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import GPU_HUB_CONFIG, gpu_objects, progress_messages, spawn, start, stop
+from .hubtools import (
+    GPU_HUB_CONFIG,
+    availability,
+    gpu_objects,
+    logged_in,
+    progress_messages,
+    spawn,
+    start,
+    stop,
+    user_token,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -109,3 +121,52 @@ def test_a_kept_claim_without_its_queue_label_is_put_back_in_the_queue(
         api.get("ResourceClaim", "gpu-ann", namespace)["metadata"]["labels"]["kai.scheduler/queue"]
         == "team-a"
     )
+
+
+def team_figures(hub: Hub, token: str, sessions: int) -> dict[str, dict]:
+    """The picker's queue figures per size once its watch has seen `sessions` claims of the team."""
+
+    def caught_up() -> dict[str, dict] | None:
+        body = availability(hub, token)
+        figures = {p["slug"]: p["queue"] for p in body["profiles"]}
+        return figures if figures["cpu"] and figures["cpu"]["sessions"] == sessions else None
+
+    return waits.wait_for(caught_up, 20, f"the picker to see {sessions} session(s) of the team")
+
+
+def test_the_picker_shows_the_teams_use_and_limit(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    bo = user_token(hub, "bo")
+    q = team_figures(hub, bo, 0)
+    assert q["mig-1g-10gb"]["name"] == "team-a" and q["mig-1g-10gb"]["limit"] == 0.5
+    assert q["mig-1g-10gb"]["text"] == "Team team-a: 0 of 0.50 GPUs in use."
+    assert not q["mig-3g-40gb"]["exceeds"]  # 3/7 fits in 0.5
+    assert q["gpu"]["exceeds"] and "would pass its limit of 0.50 GPU" in q["gpu"]["note"]
+
+    spawn(hub, "ann", {"profile": "mig-1g-10gb"})
+    # A colleague of the same team sees ann's slice counted: 1/7 in use, so a 3g.40gb (3/7) would pass.
+    q = team_figures(hub, bo, 1)
+    one, three = q["mig-1g-10gb"], q["mig-3g-40gb"]
+    assert one["text"] == "Team team-a: 0.14 of 0.50 GPUs in use." and one["sessions"] == 1
+    assert abs(one["used"] - 1 / 7) < 1e-9 and one["size"] == pytest.approx(1 / 7)
+    assert not one["exceeds"] and one["note"] == ""
+    assert three["exceeds"] and three["size"] == pytest.approx(3 / 7)
+    assert "This size counts 0.43 GPU" in three["note"] and "refused" in three["note"]
+    # ... and the spawner refuses what the picker says would pass the limit.
+    assert "may hold 0.50 GPU" in refusal(hub, "bo", {"profile": "mig-3g-40gb"})
+
+    # The form says it in plain words, on the size it concerns.
+    page = logged_in(hub, "bo").open(hub.url + "/hub/spawn/bo", timeout=30).read().decode()
+    assert "Team team-a: 0.14 of 0.50 GPUs in use." in page
+    note = re.search(r'id="gs-team-mig-3g-40gb"[^>]*data-exceeds="true">([^<]*)<', page)
+    assert note and "would pass its limit" in note.group(1), page[:3000]
+    assert re.search(r'id="gs-team-mig-1g-10gb"[^>]*data-exceeds="false"></div>', page)
+
+    # Another team's user sees their own team, which has no limit; ann herself is not refused a
+    # restart on her kept claim, and the picker does not count it twice for her.
+    cy = team_figures(hub, user_token(hub, "cy"), 0)
+    assert cy["gpu"]["text"] == "Team team-b: 0 GPUs in use (no team limit)." and not cy["gpu"]["exceeds"]
+    ann = team_figures(hub, user_token(hub, "ann"), 1)
+    assert ann["mig-3g-40gb"]["text"] == one["text"] and not ann["mig-3g-40gb"]["exceeds"]
+    # A user in no team is told so, and there is no figure to show.
+    eve = availability(hub, user_token(hub, "eve"))["profiles"][0]["queue"]
+    assert eve["name"] is None and "You are in no team with a GPU queue" in eve["text"]

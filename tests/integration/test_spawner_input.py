@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.cookiejar
 import re
 import urllib.error
 import urllib.parse
@@ -15,7 +14,7 @@ import pytest
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import gpu_hub, gpu_objects, server_model, spawn, start
+from .hubtools import gpu_hub, gpu_objects, logged_in, server_model, spawn, start
 
 pytestmark = pytest.mark.cluster
 
@@ -95,12 +94,7 @@ def test_admins_see_the_hidden_profile(hub: Hub) -> None:
 
 
 def _browser(hub: Hub, user: str) -> tuple[urllib.request.OpenerDirector, str]:
-    jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    opener.open(hub.url + "/hub/login", timeout=30).read()
-    xsrf = next(c.value for c in jar if c.name == "_xsrf")
-    data = urllib.parse.urlencode({"username": user, "password": "test-password", "_xsrf": xsrf}).encode()
-    opener.open(hub.url + "/hub/login", data=data, timeout=30).read()
+    opener = logged_in(hub, user)
     # The form carries the token for the logged-in session.
     page = opener.open(hub.url + f"/hub/spawn/{user}", timeout=30).read().decode()
     m = re.search(r'action="[^"]*[?&]_xsrf=([^"&]+)"', page)

@@ -12,9 +12,10 @@ from gpusessions.availability import (
     count_free,
     profile_figures,
     remaining_counters,
+    selector_errors,
 )
 from gpusessions.claims import GPURequest
-from gpusessions.sizes import DeviceMatch, parse_cel, quantity
+from gpusessions.sizes import DeviceMatch, parse_cel, quantity, semver
 from localcluster.paths import SHAPES_DIR
 from localcluster.shapes import build_slices, device_classes, load_shape
 
@@ -67,6 +68,9 @@ def test_quantity_rejects_junk() -> None:
         DeviceMatch.of({"type": "gpu"}, {"memory": "70Gi"}),
         DeviceMatch.of({"productName": "NVIDIA A100-SXM4-80GB", "type": "mig"}, {"multiprocessors": "28"}),
         DeviceMatch.of({"odd": "it's \\ quoted"}),
+        DeviceMatch.of(
+            {"type": "gpu"}, versions={"driverVersion": "580.0.0", "cudaComputeCapability": "9.0.0"}
+        ),
     ],
 )
 def test_generated_cel_parses_back_to_the_same_match(match: DeviceMatch) -> None:
@@ -116,8 +120,25 @@ def test_counting_follows_counters_on_a_partitionable_gpu() -> None:
     alloc = allocated_devices([_claim_on("gpu-1-mig-4g40gb-5-0")])
     assert count_free(inv, one_g, alloc, left=remaining_counters(inv, alloc))[0] == 2 + 3
     assert count_free(inv, whole, alloc)[0] == 0
-    # Two devices per session halve the sessions.
-    assert count_free(inv, one_g, set(), per_session=2)[0] == 4
+    # Two devices per session: 9 slices on the one node make 4 sessions.
+    assert count_free(inv, one_g, set(), per_session=2)[:2] == (4, 4)
+
+
+def test_several_devices_per_session_count_per_node() -> None:
+    """The scheduler takes all devices of a claim from one node: free slices on different nodes
+    do not add up to a session."""
+    inv = _inv("demo")
+    one_g = DeviceMatch.of({"type": "mig", "profile": "1g.10gb"})
+    # node a: 7 + 2 static; node b: 1 static; node c: 7 placements on each of 2 partitionable GPUs.
+    assert count_free(inv, one_g, set())[:2] == (24, 24)
+    assert count_free(inv, one_g, set(), per_session=2)[:2] == (4 + 0 + 7, 11)  # not 24 // 2
+    assert count_free(inv, one_g, set(), per_session=3)[:2] == (3 + 0 + 4, 7)  # not 24 // 3
+    # One slice taken on node a leaves 8 there: still 4 sessions of 2; a second leaves 3.
+    taken = [d for d in ("gpu-2-mig-1g10gb-19-0", "gpu-2-mig-1g10gb-19-1")]
+    one = allocated_devices([_claim_on(taken[0], pool="h100-node-a")])
+    assert count_free(inv, one_g, one, per_session=2)[0] == 11
+    two = allocated_devices([_claim_on(*taken, pool="h100-node-a")])
+    assert count_free(inv, one_g, two, per_session=2)[0] == 10
 
 
 def test_profile_figures_states() -> None:
@@ -136,3 +157,72 @@ def test_profile_figures_states() -> None:
     assert profile_figures({"slug": "s"}, missing, inv, set(), CLASSES, left)["state"] == "not-offered"
     contradictory = GPURequest("gpu.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].type == 'mig'",))
     assert profile_figures({"slug": "s"}, contradictory, inv, set(), CLASSES, left)["state"] == "not-offered"
+
+
+def test_semver_precedence() -> None:
+    order = ["1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta.2", "1.0.0-beta.11", "1.0.0"]
+    assert sorted(order, key=semver) == order
+    assert semver("580.95.5") > semver("580.9.50") and semver("13.0.0+build.7") == semver("13.0.0")
+    for bad in ("580.95", "580.095.5", "v1.2.3", "1.2.3-"):
+        with pytest.raises(ValueError):
+            semver(bad)
+
+
+def test_version_attributes_match_as_the_scheduler_evaluates_them() -> None:
+    """driverVersion is a semver in CEL: `== '580.95.5'` compares a version with a string and never
+    matches; `.compareTo(semver(...)) >= 0` compares versions."""
+    inv = _inv()
+    gpus = len(inv.candidates(DeviceMatch.of({"type": "gpu"})))
+    assert gpus == 1
+    equal = parse_cel("device.attributes['gpu.nvidia.com'].driverVersion == '580.95.5'")
+    assert equal is not None and inv.candidates(equal) == []
+    at_least = parse_cel(
+        "device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('580.9.0')) >= 0"
+    )
+    assert at_least == DeviceMatch(versions_at_least=(("driverVersion", "580.9.0"),))
+    assert len(inv.candidates(at_least)) == len(inv.devices)  # every device has driver 580.95.5
+    newer = DeviceMatch.of({"type": "gpu"}, versions={"driverVersion": "580.95.6"})
+    assert inv.candidates(newer) == []
+    hopper = DeviceMatch.of({"type": "gpu"}, versions={"cudaComputeCapability": "9.0.0"})
+    assert len(inv.candidates(hopper)) == gpus
+    # A version the scheduler's semver() rejects cannot be evaluated here: unknown, not guessed.
+    assert (
+        parse_cel("device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('580')) >= 0") is None
+    )
+    # The stricter of two bounds wins when sizes are merged.
+    merged = at_least.merge(DeviceMatch.of(versions={"driverVersion": "580.10.0"}))
+    assert merged is not None and merged.versions_at_least == (("driverVersion", "580.10.0"),)
+
+
+def test_a_selector_that_fails_on_some_devices_is_shown_as_unknown() -> None:
+    """CEL stops with a runtime error on a device that lacks an attribute the selector reads,
+    unless another term is false, and the scheduler then fails the allocation: seen on the real
+    scheduler (tests/integration/test_picker.py). Such a size is unknown, with the reason."""
+    inv = _inv()
+    left = remaining_counters(inv, set())
+    whole = next(d for _, d in inv.devices if d["attributes"]["type"]["string"] == "gpu")
+    profile = DeviceMatch.of({"profile": "1g.10gb"})
+    assert profile.evaluate("gpu.nvidia.com", whole) is None  # no such key: profile
+    assert DeviceMatch.of({"type": "mig", "profile": "1g.10gb"}).evaluate("gpu.nvidia.com", whole) is False
+    version_eq = DeviceMatch.of({"driverVersion": "580.95.5"})
+    assert version_eq.evaluate("gpu.nvidia.com", whole) is None  # no such overload
+    assert DeviceMatch.of(capacity={"nope": "1"}).evaluate("gpu.nvidia.com", whole) is None
+    assert DeviceMatch.of(versions={"productName": "1.0.0"}).evaluate("gpu.nvidia.com", whole) is None
+    assert (
+        DeviceMatch.of(driver="other.example.com", attributes={"x": "y"}).evaluate("gpu.nvidia.com", whole)
+        is False
+    )
+
+    # The gpu.nvidia.com class lets the whole GPU through; `profile == '1g.10gb'` then fails on it.
+    sel = ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",)
+    f = profile_figures({"slug": "s"}, GPURequest("gpu.nvidia.com", 1, sel), inv, set(), CLASSES, left)
+    assert f["state"] == "unknown" and "fails with a CEL error on 1 device(s)" in f["note"]
+    assert selector_errors(inv, [profile]) == 1
+    # On the mig.nvidia.com class, the class's `type == 'mig'` is false on the whole GPU first.
+    f = profile_figures({"slug": "s"}, GPURequest("mig.nvidia.com", 1, sel), inv, set(), CLASSES, left)
+    assert f["state"] == "free"
+    sel_eq = ("device.attributes['gpu.nvidia.com'].driverVersion == '580.95.5'",)
+    f = profile_figures({"slug": "s"}, GPURequest("gpu.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
+    assert f["state"] == "unknown" and "fails with a CEL error on 1 device(s)" in f["note"]
+    f = profile_figures({"slug": "s"}, GPURequest("mig.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
+    assert f["state"] == "unknown" and "on 22 device(s)" in f["note"]

@@ -1,0 +1,91 @@
+"""The picker's figures are recounted when the watch reports a change, not by the next page view."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpusessions import picker
+from gpusessions.profiles import default_profiles
+from gpusessions.watch import ClusterView
+from localcluster.paths import SHAPES_DIR
+from localcluster.shapes import build_slices, device_classes, load_shape
+
+SPAWNER = SimpleNamespace(
+    gpu_device_class="", gpu_count=1, gpu_selectors=[], gpu_first_available=[], gpu_size=None
+)
+
+
+def _obj(o: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    md = o["metadata"]
+    return f"{md.get('namespace', '')}/{md['name']}", o
+
+
+def _allocated_claim(device: str) -> dict[str, Any]:
+    result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "gpu-node-0", "device": device}
+    return {
+        "metadata": {"name": "c", "namespace": "ns"},
+        "status": {"allocation": {"devices": {"results": [result]}}},
+    }
+
+
+def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    counted: list[str] = []
+    real = picker.profile_figures
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        counted.append(args[1].describe())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(picker, "profile_figures", counting)
+    profiles = default_profiles()
+
+    def page_view(view: ClusterView) -> dict[str, Any]:
+        figures = picker.compute_figures(
+            SPAWNER,
+            profiles,
+            view.derived(),
+            view.memo,
+            view.computed_version,
+            view.slice_memo,
+            None,
+            view.recent,
+        )
+        return {f["slug"]: f for f in figures}
+
+    async def run() -> None:
+        api = SimpleNamespace(
+            list_resource_slice=None, list_resource_claim_for_all_namespaces=None, list_device_class=None
+        )
+        view = ClusterView(min_interval=0.1, api=api, start=False)
+        view.warm = picker.warm
+        slices = [s for n in load_shape("small", SHAPES_DIR).nodes for s in build_slices(n)]
+        view.slices.objects = dict(_obj(s) for s in slices)
+        view.classes.objects = dict(_obj(c) for c in device_classes())
+        for cache in (view.slices, view.claims, view.classes):
+            cache.ready.set()
+        view._changed()
+        await asyncio.sleep(0.3)
+        assert view.recounts == 1  # after the lists: counted, but no size asked for yet
+
+        first = page_view(view)
+        assert first["mig-1g-10gb"]["free"] == 9
+        assert len(counted) == 4  # the first view counts each of the four sizes once
+
+        # A claim takes a 1g.10gb: the watch's change recounts the sizes views asked for.
+        counted.clear()
+        key, claim = _obj(_allocated_claim("gpu-0-mig-1g10gb-19-3"))
+        view.claims.objects[key] = claim
+        view._changed()
+        await asyncio.sleep(0.3)
+        assert view.recounts == 2 and len(counted) == 4
+        counted.clear()
+        after = page_view(view)
+        assert after["mig-1g-10gb"]["free"] == 8
+        assert counted == [], "the view after a change reads figures made by the recount"
+        view.stop()
+
+    asyncio.run(run())
