@@ -62,6 +62,9 @@ from .sizes import size_selectors
 SESSION_FILE_DIR = "/etc/gpusessions"
 SESSION_FILE = f"{SESSION_FILE_DIR}/session.json"
 SESSION_ANNOTATION = "gpusessions.io/session"
+# Profile settings that stop and the holder check need after a hub restart, when the profile's
+# kubespawner_override has not been applied again (KubeSpawner applies it only at a start).
+KEPT_SETTINGS = ("keep_gpu_on_stop", "on_holder_loss", "holder_image", "holder_resources")
 
 
 class GPUSessionSpawner(KubeSpawner):
@@ -251,6 +254,7 @@ class GPUSessionSpawner(KubeSpawner):
         self._gpu_alloc: Allocation | None = None
         self._gpu_state: dict[str, str] = {}
         self._kai_queue: str | None = None
+        self._profile_applied = False  # load_user_options applied the profile in this process
         # The start timeout covers the wait for a GPU too.
         base: int = getattr(self, "start_timeout", 60)
         self.start_timeout = int(base + self._max_allocation_timeout())
@@ -298,11 +302,26 @@ class GPUSessionSpawner(KubeSpawner):
             profile=str((self.user_options or {}).get("profile", "")),
         )
 
+    def _setting(self, name: str) -> Any:
+        """A profile setting in `KEPT_SETTINGS` as it was at this GPU's start.
+
+        In the process that started the server, the traits hold the profile's values; after a
+        hub restart they hold the global ones until the next start, so the values saved in
+        the state at the start are used."""
+        saved = self._gpu_state.get("settings")
+        if self._profile_applied or not saved:
+            return getattr(self, name)
+        try:
+            values = json.loads(saved)
+        except ValueError:
+            return getattr(self, name)
+        return values[name] if isinstance(values, dict) and name in values else getattr(self, name)
+
     def _holder_settings(self) -> C.HolderSettings:
         queue = self._kai_queue or self._gpu_state.get("queue")
         return C.HolderSettings(
-            image=self.holder_image,
-            resources=dict(self.holder_resources),
+            image=self._setting("holder_image"),
+            resources=dict(self._setting("holder_resources")),
             node_selector=dict(self.node_selector or {}),
             tolerations=tuple(self.tolerations or ()),
             scheduler_name=(self.kai_scheduler_name if queue else self.scheduler_name) or None,
@@ -440,6 +459,7 @@ class GPUSessionSpawner(KubeSpawner):
             raise SpawnException(str(e), reason="invalid-options") from None
         try:
             await super().load_user_options()
+            self._profile_applied = True
             self.gpu_request()
         except (TraitError, ValueError) as e:
             raise SpawnException(
@@ -552,6 +572,7 @@ class GPUSessionSpawner(KubeSpawner):
                 "describe": request.describe(),
                 "kernels": "1" if session.kernels is not None else "",
                 "queue": self._kai_queue or "",
+                "settings": json.dumps({k: getattr(self, k) for k in KEPT_SETTINGS}, sort_keys=True),
             }
         finally:
             self._gpu_phase_done.set()
@@ -692,7 +713,7 @@ class GPUSessionSpawner(KubeSpawner):
             kernels=self._kernel_settings() if kernels else None,
         )
         user, server = self.user.name, self.name or ""
-        if self.on_holder_loss == "release":
+        if self._setting("on_holder_loss") == "release":
             self.log.warning(
                 "%s: the GPU holder was lost; stopping and releasing, as configured", self._log_name
             )
@@ -735,7 +756,7 @@ class GPUSessionSpawner(KubeSpawner):
     # -- stop, release, delete --------------------------------------------------------------
     async def stop(self, now: bool = False) -> None:
         await super().stop(now=now)
-        if self._gpu_state and not self.keep_gpu_on_stop:
+        if self._gpu_state and not self._setting("keep_gpu_on_stop"):
             await self.release_gpu()
 
     async def release_gpu(self) -> bool:
@@ -768,7 +789,7 @@ class GPUSessionSpawner(KubeSpawner):
     def clear_state(self) -> None:
         super().clear_state()
         # The kept GPU outlives the stop: its names stay in the state.
-        if not self.keep_gpu_on_stop:
+        if not self._setting("keep_gpu_on_stop"):
             self._gpu_state = {}
 
 

@@ -212,6 +212,22 @@ def test_stop_releases_when_the_profile_says_so(hub: Hub, api: KubeAPI, namespac
     waits.gone(api, "Pod", "gpu-holder-gina", namespace)
 
 
+def test_stop_after_a_hub_restart_still_follows_the_profile(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    """The profile's keep_gpu_on_stop=False holds after a restart, when the new hub has not
+    applied the profile's overrides (KubeSpawner applies them only at a start)."""
+    spawn(hub, "gina", {"profile": "mig-nokeep"})
+    assert api.get_or_none("ResourceClaim", "gpu-gina", namespace)
+    hub.stop()
+    hub2 = gpu_hub(namespace, hub.workdir, hub.ports)
+    try:
+        wait_ready(hub2, "gina")
+        stop(hub2, "gina")
+        waits.gone(api, "ResourceClaim", "gpu-gina", namespace)
+        waits.gone(api, "Pod", "gpu-holder-gina", namespace)
+    finally:
+        hub2.stop()
+
+
 def test_release_my_gpu_endpoint(hub: Hub, api: KubeAPI, namespace: str) -> None:
     spawn(hub, "hank", ONE_G)
     # Another user may not release hank's GPU.
