@@ -67,6 +67,17 @@ SESSION_ANNOTATION = "gpusessions.io/session"
 KEPT_SETTINGS = ("keep_gpu_on_stop", "on_holder_loss", "holder_image", "holder_resources")
 
 
+class SpawnRefused(SpawnException):
+    """A refusal (`SpawnException`) whose spawn-page text is its message alone.
+
+    JupyterHub's progress stream shows a failed spawn as `Spawn failed: {jupyterhub_message}`,
+    falling back to `str(exc)`, which for a SpawnException is `400 SpawnException(reason=...): ...`."""
+
+    @property
+    def jupyterhub_message(self) -> str:
+        return str(self.message)
+
+
 class GPUSessionSpawner(KubeSpawner):
     """KubeSpawner whose GPU profiles keep their GPU across notebook restarts."""
 
@@ -393,14 +404,14 @@ class GPUSessionSpawner(KubeSpawner):
         groups = [g.name for g in getattr(self.user, "groups", []) or []]
         queue = await Q.resolve(self.kai_queue, self, groups, self.kai_default_queue)
         if not queue:
-            raise SpawnException(
+            raise SpawnRefused(
                 "You are in no team with a GPU queue"
                 + (f" (your groups: {', '.join(sorted(groups))})" if groups else " (you are in no group)")
                 + ", so your server cannot be scheduled. Ask your admin to add you to a team.",
                 reason="no-queue",
             )
         if not is_valid_label(queue):
-            raise SpawnException(
+            raise SpawnRefused(
                 f"This hub's queue setting gives the queue name {queue[:80]!r}, which is not a valid "
                 "Kubernetes label value. Ask your admin to fix kai_queue.",
                 reason="invalid-queue",
@@ -456,13 +467,13 @@ class GPUSessionSpawner(KubeSpawner):
             options: dict[str, Any] = getattr(self, "user_options", {})
             self.user_options = validate_options(options, await self._profile_list_for_user())
         except InvalidOptions as e:
-            raise SpawnException(str(e), reason="invalid-options") from None
+            raise SpawnRefused(str(e), reason="invalid-options") from None
         try:
             await super().load_user_options()
             self._profile_applied = True
             self.gpu_request()
         except (TraitError, ValueError) as e:
-            raise SpawnException(
+            raise SpawnRefused(
                 f"This profile's settings are invalid: {e}", reason="invalid-options"
             ) from None
 
@@ -474,7 +485,7 @@ class GPUSessionSpawner(KubeSpawner):
         try:
             return validate_options(opts, await self._profile_list_for_user())
         except InvalidOptions as e:
-            raise SpawnException(str(e), reason="invalid-options") from None
+            raise SpawnRefused(str(e), reason="invalid-options") from None
 
     # -- hardened defaults: notebook pods meet the Pod Security "restricted" level ----------
     @default("container_security_context")
@@ -520,6 +531,13 @@ class GPUSessionSpawner(KubeSpawner):
         return render_form(profile_list, figures, self.hub.base_url)
 
     # -- start ----------------------------------------------------------------------------
+    def start(self) -> Any:
+        """A new spawn: no GPU messages yet, and progress waits for this spawn's GPU phase
+        (not the last one's, which may have ended long ago)."""
+        self._gpu_messages = []
+        self._gpu_phase_done.clear()
+        return super().start()
+
     async def get_pod_manifest(self) -> Any:
         """Before the notebook pod: claim, holder, allocation. Then add the claim to the pod."""
         self._kai_queue = await self._resolve_queue()
@@ -540,8 +558,6 @@ class GPUSessionSpawner(KubeSpawner):
         return pod
 
     async def _prepare_gpu(self) -> None:
-        self._gpu_messages.clear()
-        self._gpu_phase_done.clear()
         self._gpu_alloc = None
         try:
             request = self.gpu_request()
@@ -557,9 +573,9 @@ class GPUSessionSpawner(KubeSpawner):
             try:
                 self._gpu_alloc = await session.ensure(self.gpu_allocation_timeout)
             except Refused as e:
-                raise SpawnException(e.message, reason=e.reason) from None
+                raise SpawnRefused(e.message, reason=e.reason) from None
             except KubeError as e:
-                raise SpawnException(
+                raise SpawnRefused(
                     f"The cluster refused the GPU request: {e.message}", reason="gpu-api-error"
                 ) from None
             n = session.n
@@ -595,7 +611,7 @@ class GPUSessionSpawner(KubeSpawner):
             return  # GPUSession explains a missing DeviceClass
         f = profile_figures({"slug": "-"}, request, inv, allocated, classes, left, view.slice_memo)
         if f["state"] == "not-offered":
-            raise SpawnException(
+            raise SpawnRefused(
                 f"No GPU of this size ({request.describe()}) exists on this cluster, so waiting "
                 "would not help. Pick another size or ask your admin.",
                 reason="gpu-size-missing",
@@ -741,13 +757,16 @@ class GPUSessionSpawner(KubeSpawner):
         """GPU steps in words first (claim changes, not only pod events), then KubeSpawner's pod events."""
         sent = 0
         while True:
-            while sent < len(self._gpu_messages):
-                yield {"progress": min(10 + 5 * sent, 40), "message": self._gpu_messages[sent]}
-                sent += 1
             start = self._start_future
-            if self._gpu_phase_done.is_set() or (start is not None and start.done()):
-                break
-            await asyncio.sleep(0.5)
+            # JupyterHub marks a spawn pending a few steps before it calls start(): a reader that
+            # comes that early waits for start(), not taking the last spawn's end for this one's.
+            if not self._start_pending or (start is not None and not start.done()):
+                while sent < len(self._gpu_messages):
+                    yield {"progress": min(10 + 5 * sent, 40), "message": self._gpu_messages[sent]}
+                    sent += 1
+                if self._gpu_phase_done.is_set() or (start is not None and start.done()):
+                    break
+            await asyncio.sleep(0.2)
         for m in self._gpu_messages[sent:]:
             yield {"progress": 40, "message": m}
         async for event in super().progress():
