@@ -143,6 +143,10 @@ HOSTILE = [
     "a-b",
     "o'brien+test@corp.example",
     "q" * 200,
+    # Both exist through the REST API (only the login form lowers names); the names
+    # must not collide, though a plain lowercase slug of both is the same.
+    "Alice",
+    "alice",
 ]
 
 
