@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import kubernetes_validate
 import pytest
+from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.config import kube_config
 
+from gpusessions.session import Allocation
 from gpusessions.spawner import GPUSessionSpawner
+from localcluster.testing import allocation_status
 
 # KubeSpawner loads a kube config when it is built; nothing here contacts the server.
 KUBECONFIG = """
@@ -67,3 +73,62 @@ def test_a_progress_reader_that_comes_before_start_gets_this_spawns_messages() -
         return seen
 
     assert asyncio.run(scenario()) == ["GPU kept from your last start, reattaching"]
+
+
+CLAIM = {
+    "metadata": {"name": "gpu-mock-name---6241db84", "namespace": "default"},
+    "status": allocation_status("gpu-node-0", "gpu-0-mig-1g10gb-0", "gpu-node-0"),
+}
+
+
+def _notebook_pod(gateway_url: str | None, **config: Any) -> dict[str, Any]:
+    """The notebook pod's manifest as the spawner sends it, with the GPU phase done (no cluster)."""
+
+    async def build() -> dict[str, Any]:
+        spawner = GPUSessionSpawner(_mock=True, **config)
+
+        async def prepare() -> None:
+            spawner._gpu_alloc = Allocation(CLAIM, kept=False, gateway_url=gateway_url)
+            spawner._gpu_state = {"describe": "MIG 1g.10gb", "claim": CLAIM["metadata"]["name"]}
+
+        spawner._prepare_gpu = prepare  # type: ignore[method-assign]
+        pod = await spawner.get_pod_manifest()
+        async with ApiClient() as client:
+            return client.sanitize_for_serialization(pod)  # type: ignore[no-any-return]
+
+    return asyncio.run(build())
+
+
+@pytest.mark.usefixtures("kubeconfig")
+@pytest.mark.parametrize(
+    "gateway_url", [None, "http://gpu-holder-x.default.svc:8889"], ids=["plain", "kernels"]
+)
+def test_the_notebook_pod_with_its_gpu_is_valid_for_kubernetes_1_35(gateway_url: str | None) -> None:
+    pod = _notebook_pod(
+        gateway_url,
+        user_options={"profile": "mig-1g-10gb"},
+        gpu_device_class="mig.nvidia.com",
+        kai_queue="team-a",
+        node_affinity_required=[{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}],
+        extra_resource_limits={"memory": "2Gi"},
+    )
+    kubernetes_validate.validate(pod, "1.35.0", strict=True)
+    spec = pod["spec"]
+    assert spec["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "gpu-mock-name---6241db84"}]
+    (notebook,) = spec["containers"]
+    assert notebook["resources"]["claims"] == [{"name": "gpu"}]
+    assert notebook["resources"]["limits"]["memory"] == "2Gi"
+    assert {"name": "gpusessions", "mountPath": "/etc/gpusessions", "readOnly": True} in notebook[
+        "volumeMounts"
+    ]
+    env = {e["name"]: e.get("value") for e in notebook["env"]}
+    assert env["GPUSESSIONS_DEVICES"] == "gpu-node-0/gpu-0-mig-1g10gb-0"
+    assert env["GPUSESSIONS_NODE"] == "gpu-node-0"
+    assert ("JUPYTER_GATEWAY_URL" in env) == (gateway_url is not None)
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["gpu-node-0"]}]
+    assert spec["schedulerName"] == "kai-scheduler"
+    assert pod["metadata"]["labels"]["kai.scheduler/queue"] == "team-a"
+    assert json.loads(pod["metadata"]["annotations"]["gpusessions.io/session"])["node"] == "gpu-node-0"
