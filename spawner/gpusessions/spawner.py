@@ -266,6 +266,7 @@ class GPUSessionSpawner(KubeSpawner):
         self._gpu_state: dict[str, str] = {}
         self._kai_queue: str | None = None
         self._profile_applied = False  # load_user_options applied the profile in this process
+        self._gpu_started = False  # start() ran and stop() has not run since
         # The start timeout covers the wait for a GPU too.
         base: int = getattr(self, "start_timeout", 60)
         self.start_timeout = int(base + self._max_allocation_timeout())
@@ -536,6 +537,7 @@ class GPUSessionSpawner(KubeSpawner):
         (not the last one's, which may have ended long ago)."""
         self._gpu_messages = []
         self._gpu_phase_done.clear()
+        self._gpu_started = True
         return super().start()
 
     async def get_pod_manifest(self) -> Any:
@@ -760,7 +762,7 @@ class GPUSessionSpawner(KubeSpawner):
             start = self._start_future
             # JupyterHub marks a spawn pending a few steps before it calls start(): a reader that
             # comes that early waits for start(), not taking the last spawn's end for this one's.
-            if not self._start_pending or (start is not None and not start.done()):
+            if self._gpu_started or not self._spawn_pending:
                 while sent < len(self._gpu_messages):
                     yield {"progress": min(10 + 5 * sent, 40), "message": self._gpu_messages[sent]}
                     sent += 1
@@ -774,6 +776,7 @@ class GPUSessionSpawner(KubeSpawner):
 
     # -- stop, release, delete --------------------------------------------------------------
     async def stop(self, now: bool = False) -> None:
+        self._gpu_started = False
         await super().stop(now=now)
         if self._gpu_state and not self._setting("keep_gpu_on_stop"):
             await self.release_gpu()

@@ -36,43 +36,59 @@ def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     yield
 
 
-@pytest.mark.usefixtures("kubeconfig")
-def test_a_progress_reader_that_comes_before_start_gets_this_spawns_messages() -> None:
-    """JupyterHub marks a spawn pending (and serves its progress stream) a few steps before it
-    calls start(): the reader must not take the last spawn's finished GPU phase for this one's."""
+async def _first_gpu_message(reader_first: bool, start_takes: float) -> list[str]:
+    """A spawn as JupyterHub runs it, after an earlier one: the progress reader comes before or
+    after start(); the start (claim found, pod running) takes `start_takes` seconds, and
+    JupyterHub keeps the spawn pending after it (it waits for the server to answer)."""
+    spawner = GPUSessionSpawner(_mock=True)
+    # The last spawn: its GPU phase ended, its start future is done, the server was stopped.
+    spawner._emit("GPU allocated: from the last spawn")
+    spawner._gpu_phase_done.set()
+    last: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    last.set_result(None)
+    spawner._start_future = last
+    spawner._gpu_started = False  # as stop() leaves it
+    # The new spawn is pending (JupyterHub's handler marks it before calling start()).
+    spawner._spawn_pending = spawner._start_pending = True
+    seen: list[str] = []
 
-    async def scenario() -> list[str]:
-        spawner = GPUSessionSpawner(_mock=True)
-        # The last spawn: its GPU phase ended, its start future is done.
-        spawner._emit("GPU allocated: from the last spawn")
+    async def read() -> None:
+        async for event in spawner.progress():
+            seen.append(event["message"])
+            return
+
+    async def start() -> None:
+        spawner._emit("GPU kept from your last start, reattaching")
         spawner._gpu_phase_done.set()
-        last: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        last.set_result(None)
-        spawner._start_future = last
-        # A new spawn is pending; the reader comes before start().
-        spawner._start_pending = True
-        seen: list[str] = []
+        await asyncio.sleep(start_takes)
 
-        async def read() -> None:
-            async for event in spawner.progress():
-                seen.append(event["message"])
-                return
-
+    spawner._start = start  # type: ignore[method-assign]
+    if reader_first:
         reader = asyncio.create_task(read())
         await asyncio.sleep(0.3)
-
-        async def start() -> None:
-            spawner._emit("GPU kept from your last start, reattaching")
-            spawner._gpu_phase_done.set()
-            await asyncio.sleep(2)
-
-        spawner._start = start  # type: ignore[method-assign]
         spawner.start()
-        await asyncio.wait_for(reader, 5)
-        spawner._start_future.cancel()
-        return seen
+    else:
+        spawner.start()
+        await asyncio.sleep(0.3)
+        reader = asyncio.create_task(read())
+    await asyncio.wait_for(reader, 5)
+    spawner._start_future.cancel()
+    return seen
 
-    assert asyncio.run(scenario()) == ["GPU kept from your last start, reattaching"]
+
+@pytest.mark.usefixtures("kubeconfig")
+@pytest.mark.parametrize(
+    ("reader_first", "start_takes"),
+    [(True, 2.0), (True, 0.0), (False, 2.0), (False, 0.0)],
+    ids=["reader-first", "reader-first-quick-start", "start-first", "start-first-quick-start"],
+)
+def test_the_progress_stream_gets_this_spawns_gpu_messages(reader_first: bool, start_takes: float) -> None:
+    """JupyterHub marks a spawn pending (and serves its progress stream) a few steps before it
+    calls start(), and keeps it pending after start() returns: the reader must neither take the
+    last spawn's finished GPU phase for this one's nor miss a start that was over quickly."""
+    assert asyncio.run(_first_gpu_message(reader_first, start_takes)) == [
+        "GPU kept from your last start, reattaching"
+    ]
 
 
 CLAIM = {
