@@ -4,14 +4,11 @@ spawn, land in JupyterLab. Screenshots go to test-artifacts/."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, expect
 from tests.browser.conftest import login, shot
-from tests.integration.hubtools import gpu_hub
 
 from localcluster import waits
 from localcluster.hubproc import Hub
@@ -22,13 +19,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 
 # The small shape: 2 static 1g.10gb on GPU 0 + 7 placements on partitionable GPU 1.
 ONE_G_IN_SMALL_SHAPE = 9
-
-
-@pytest.fixture
-def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    h = gpu_hub(namespace, tmp_path / "hub")
-    yield h
-    h.stop()
 
 
 def test_pick_a_mig_slice_and_land_in_jupyterlab(

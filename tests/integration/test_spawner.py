@@ -271,6 +271,23 @@ def test_release_my_gpu_endpoint(hub: Hub, api: KubeAPI, namespace: str) -> None
     assert code == 200 and body["released"] is False
 
 
+def test_release_route_of_a_named_server_releases_that_server_only(
+    hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    spawn(hub, "uma", ONE_G)
+    spawn(hub, "uma", ONE_G, server="exp1")
+    code, body = hub.api("POST", "/gpusessions/users/uma/servers/exp1/release")
+    assert code == 200, body
+    assert body == {"released": True, "stopped": True, "claim": "gpu-uma--exp1"}
+    waits.gone(api, "ResourceClaim", "gpu-uma--exp1", namespace)
+    waits.gone(api, "Pod", "gpu-holder-uma--exp1", namespace)
+    assert not (server_model(hub, "uma", "exp1") or {}).get("ready")
+    assert (server_model(hub, "uma") or {}).get("ready"), "the default server runs on"
+    assert api.get_or_none("ResourceClaim", "gpu-uma", namespace) is not None
+    code, body = hub.api("POST", "/gpusessions/users/uma/servers/nope/release")
+    assert code == 404 and body["message"] == "uma has no server named nope", body
+
+
 def test_hub_restart_while_running_and_while_stopped_loses_and_duplicates_nothing(
     hub: Hub, api: KubeAPI, namespace: str, tmp_path: Path
 ) -> None:
