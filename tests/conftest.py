@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from localcluster import cluster as lc
 from localcluster import waits
+from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 from localcluster.paths import SHAPES_DIR, ClusterPaths
 from localcluster.shapes import Shape, load_shape
@@ -87,3 +89,13 @@ def namespace(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[str]
         60,
         f"the claims of namespace {name} to be released and deleted",
     )
+
+
+@pytest.fixture
+def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
+    """A JupyterHub with GPUSessionSpawner on this test's namespace (modules may override it)."""
+    from tests.integration.hubtools import gpu_hub
+
+    h = gpu_hub(namespace, tmp_path / "hub")
+    yield h
+    h.stop()

@@ -86,6 +86,21 @@ def allocated(claim_obj: Obj) -> list[tuple[str, str]]:
     return [(r["pool"], r["device"]) for r in res]
 
 
+def allocation_status(pool: str, device: str, node: str, driver: str = "gpu.nvidia.com") -> Obj:
+    """The `status` of a claim allocated one device on `node`, as kube-scheduler writes it
+    (for tests of code that reads claims without a cluster)."""
+    return {
+        "allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": driver, "pool": pool, "device": device}]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+    }
+
+
 def slice_device(api: Any, pool: str, device: str) -> Obj:
     """The device entry of the simulated slices, by pool and name."""
     for s in api.list("ResourceSlice")["items"]:

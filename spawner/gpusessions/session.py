@@ -91,11 +91,18 @@ class GPUSession:
     async def ensure(self, timeout: float) -> Allocation:
         await self._check_offered()
         claim, kept = await self._ensure_claim()
-        if self.kernels is not None:
-            await self._ensure_secret(claim)
-            if self.kernels.network_policy:
-                await self._ensure_network_policy(claim)
-        await self._ensure_holder()
+        try:
+            if self.kernels is not None:
+                await self._ensure_secret(claim)
+                if self.kernels.network_policy:
+                    await self._ensure_network_policy(claim)
+            await self._ensure_holder()
+        except Refused:
+            if not kept:
+                # The claim was made for this start: withdraw it (its secret and policy go with
+                # it), but leave the object in the way alone, it is not ours.
+                await self.api.delete_claim(self.n.namespace, self.n.claim)
+            raise
         deadline = time.monotonic() + timeout
         if kept and C.allocation(claim):
             self.emit(P.kept(self.what, claim))

@@ -62,6 +62,20 @@ from .sizes import size_selectors
 SESSION_FILE_DIR = "/etc/gpusessions"
 SESSION_FILE = f"{SESSION_FILE_DIR}/session.json"
 SESSION_ANNOTATION = "gpusessions.io/session"
+# Profile settings that stop and the holder check need after a hub restart, when the profile's
+# kubespawner_override has not been applied again (KubeSpawner applies it only at a start).
+KEPT_SETTINGS = ("keep_gpu_on_stop", "on_holder_loss", "holder_image", "holder_resources")
+
+
+class SpawnRefused(SpawnException):
+    """A refusal (`SpawnException`) whose spawn-page text is its message alone.
+
+    JupyterHub's progress stream shows a failed spawn as `Spawn failed: {jupyterhub_message}`,
+    falling back to `str(exc)`, which for a SpawnException is `400 SpawnException(reason=...): ...`."""
+
+    @property
+    def jupyterhub_message(self) -> str:
+        return str(self.message)
 
 
 class GPUSessionSpawner(KubeSpawner):
@@ -252,6 +266,8 @@ class GPUSessionSpawner(KubeSpawner):
         self._gpu_alloc: Allocation | None = None
         self._gpu_state: dict[str, str] = {}
         self._kai_queue: str | None = None
+        self._profile_applied = False  # load_user_options applied the profile in this process
+        self._gpu_started = False  # start() ran and stop() has not run since
         # The start timeout covers the wait for a GPU too.
         base: int = getattr(self, "start_timeout", 60)
         self.start_timeout = int(base + self._max_allocation_timeout())
@@ -299,11 +315,26 @@ class GPUSessionSpawner(KubeSpawner):
             profile=str((self.user_options or {}).get("profile", "")),
         )
 
+    def _setting(self, name: str) -> Any:
+        """A profile setting in `KEPT_SETTINGS` as it was at this GPU's start.
+
+        In the process that started the server, the traits hold the profile's values; after a
+        hub restart they hold the global ones until the next start, so the values saved in
+        the state at the start are used."""
+        saved = self._gpu_state.get("settings")
+        if self._profile_applied or not saved:
+            return getattr(self, name)
+        try:
+            values = json.loads(saved)
+        except ValueError:
+            return getattr(self, name)
+        return values[name] if isinstance(values, dict) and name in values else getattr(self, name)
+
     def _holder_settings(self) -> C.HolderSettings:
         queue = self._kai_queue or self._gpu_state.get("queue")
         return C.HolderSettings(
-            image=self.holder_image,
-            resources=dict(self.holder_resources),
+            image=self._setting("holder_image"),
+            resources=dict(self._setting("holder_resources")),
             node_selector=dict(self.node_selector or {}),
             tolerations=tuple(self.tolerations or ()),
             scheduler_name=(self.kai_scheduler_name if queue else self.scheduler_name) or None,
@@ -375,14 +406,14 @@ class GPUSessionSpawner(KubeSpawner):
         groups = [g.name for g in getattr(self.user, "groups", []) or []]
         queue = await Q.resolve(self.kai_queue, self, groups, self.kai_default_queue)
         if not queue:
-            raise SpawnException(
+            raise SpawnRefused(
                 "You are in no team with a GPU queue"
                 + (f" (your groups: {', '.join(sorted(groups))})" if groups else " (you are in no group)")
                 + ", so your server cannot be scheduled. Ask your admin to add you to a team.",
                 reason="no-queue",
             )
         if not is_valid_label(queue):
-            raise SpawnException(
+            raise SpawnRefused(
                 f"This hub's queue setting gives the queue name {queue[:80]!r}, which is not a valid "
                 "Kubernetes label value. Ask your admin to fix kai_queue.",
                 reason="invalid-queue",
@@ -438,12 +469,13 @@ class GPUSessionSpawner(KubeSpawner):
             options: dict[str, Any] = getattr(self, "user_options", {})
             self.user_options = validate_options(options, await self._profile_list_for_user())
         except InvalidOptions as e:
-            raise SpawnException(str(e), reason="invalid-options") from None
+            raise SpawnRefused(str(e), reason="invalid-options") from None
         try:
             await super().load_user_options()
+            self._profile_applied = True
             self.gpu_request()
         except (TraitError, ValueError) as e:
-            raise SpawnException(
+            raise SpawnRefused(
                 f"This profile's settings are invalid: {e}", reason="invalid-options"
             ) from None
 
@@ -455,7 +487,7 @@ class GPUSessionSpawner(KubeSpawner):
         try:
             return validate_options(opts, await self._profile_list_for_user())
         except InvalidOptions as e:
-            raise SpawnException(str(e), reason="invalid-options") from None
+            raise SpawnRefused(str(e), reason="invalid-options") from None
 
     # -- hardened defaults: notebook pods meet the Pod Security "restricted" level ----------
     @default("container_security_context")
@@ -501,6 +533,14 @@ class GPUSessionSpawner(KubeSpawner):
         return render_form(profile_list, figures, self.hub.base_url)
 
     # -- start ----------------------------------------------------------------------------
+    def start(self) -> Any:
+        """A new spawn: no GPU messages yet, and progress waits for this spawn's GPU phase
+        (not the last one's, which may have ended long ago)."""
+        self._gpu_messages = []
+        self._gpu_phase_done.clear()
+        self._gpu_started = True
+        return super().start()
+
     async def get_pod_manifest(self) -> Any:
         """Before the notebook pod: claim, holder, allocation. Then add the claim to the pod."""
         self._kai_queue = await self._resolve_queue()
@@ -521,8 +561,6 @@ class GPUSessionSpawner(KubeSpawner):
         return pod
 
     async def _prepare_gpu(self) -> None:
-        self._gpu_messages.clear()
-        self._gpu_phase_done.clear()
         self._gpu_alloc = None
         try:
             request = self.gpu_request()
@@ -538,9 +576,9 @@ class GPUSessionSpawner(KubeSpawner):
             try:
                 self._gpu_alloc = await session.ensure(self.gpu_allocation_timeout)
             except Refused as e:
-                raise SpawnException(e.message, reason=e.reason) from None
+                raise SpawnRefused(e.message, reason=e.reason) from None
             except KubeError as e:
-                raise SpawnException(
+                raise SpawnRefused(
                     f"The cluster refused the GPU request: {e.message}", reason="gpu-api-error"
                 ) from None
             n = session.n
@@ -553,6 +591,7 @@ class GPUSessionSpawner(KubeSpawner):
                 "describe": request.describe(),
                 "kernels": "1" if session.kernels is not None else "",
                 "queue": self._kai_queue or "",
+                "settings": json.dumps({k: getattr(self, k) for k in KEPT_SETTINGS}, sort_keys=True),
             }
         finally:
             self._gpu_phase_done.set()
@@ -575,7 +614,7 @@ class GPUSessionSpawner(KubeSpawner):
             return  # GPUSession explains a missing DeviceClass
         f = profile_figures({"slug": "-"}, request, inv, allocated, classes, left, view.slice_memo)
         if f["state"] == "not-offered":
-            raise SpawnException(
+            raise SpawnRefused(
                 f"No GPU of this size ({request.describe()}) exists on this cluster, so waiting "
                 "would not help. Pick another size or ask your admin.",
                 reason="gpu-size-missing",
@@ -693,7 +732,7 @@ class GPUSessionSpawner(KubeSpawner):
             kernels=self._kernel_settings() if kernels else None,
         )
         user, server = self.user.name, self.name or ""
-        if self.on_holder_loss == "release":
+        if self._setting("on_holder_loss") == "release":
             self.log.warning(
                 "%s: the GPU holder was lost; stopping and releasing, as configured", self._log_name
             )
@@ -721,13 +760,16 @@ class GPUSessionSpawner(KubeSpawner):
         """GPU steps in words first (claim changes, not only pod events), then KubeSpawner's pod events."""
         sent = 0
         while True:
-            while sent < len(self._gpu_messages):
-                yield {"progress": min(10 + 5 * sent, 40), "message": self._gpu_messages[sent]}
-                sent += 1
             start = self._start_future
-            if self._gpu_phase_done.is_set() or (start is not None and start.done()):
-                break
-            await asyncio.sleep(0.5)
+            # JupyterHub marks a spawn pending a few steps before it calls start(): a reader that
+            # comes that early waits for start(), not taking the last spawn's end for this one's.
+            if self._gpu_started or not self._spawn_pending:
+                while sent < len(self._gpu_messages):
+                    yield {"progress": min(10 + 5 * sent, 40), "message": self._gpu_messages[sent]}
+                    sent += 1
+                if self._gpu_phase_done.is_set() or (start is not None and start.done()):
+                    break
+            await asyncio.sleep(0.2)
         for m in self._gpu_messages[sent:]:
             yield {"progress": 40, "message": m}
         async for event in super().progress():
@@ -735,8 +777,9 @@ class GPUSessionSpawner(KubeSpawner):
 
     # -- stop, release, delete --------------------------------------------------------------
     async def stop(self, now: bool = False) -> None:
+        self._gpu_started = False
         await super().stop(now=now)
-        if self._gpu_state and not self.keep_gpu_on_stop:
+        if self._gpu_state and not self._setting("keep_gpu_on_stop"):
             await self.release_gpu()
 
     async def release_gpu(self) -> bool:
@@ -769,7 +812,7 @@ class GPUSessionSpawner(KubeSpawner):
     def clear_state(self) -> None:
         super().clear_state()
         # The kept GPU outlives the stop: its names stay in the state.
-        if not self.keep_gpu_on_stop:
+        if not self._setting("keep_gpu_on_stop"):
             self._gpu_state = {}
 
 

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "spawner")]
+sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster")]
 
 from gpusessions.culler.model import iso  # noqa: E402
 from gpusessions.culler.policy import Policy, Rules  # noqa: E402
 from gpusessions.culler.service import Culler  # noqa: E402
+from localcluster.testing import allocation_status  # noqa: E402
 
 
 class Cache:
@@ -84,29 +85,7 @@ def world(n: int, now: float) -> tuple[dict[str, Any], dict[str, Any], list[Any]
                 "labels": {"app.kubernetes.io/managed-by": "gpusessions"},
                 "annotations": ann,
             },
-            "status": {
-                "allocation": {
-                    "devices": {
-                        "results": [
-                            {
-                                "request": "gpu",
-                                "driver": "gpu.nvidia.com",
-                                "pool": f"n{i // 50}",
-                                "device": f"d{i % 50}",
-                            }
-                        ]
-                    },
-                    "nodeSelector": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchFields": [
-                                    {"key": "metadata.name", "operator": "In", "values": [f"n{i // 50}"]}
-                                ]
-                            }
-                        ]
-                    },
-                }
-            },
+            "status": allocation_status(f"n{i // 50}", f"d{i % 50}", f"n{i // 50}"),
         }
         holders[f"{ns}/gpu-holder-{user}"] = {
             "metadata": {

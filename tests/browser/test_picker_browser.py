@@ -4,14 +4,11 @@ spawn, land in JupyterLab. Screenshots go to test-artifacts/."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 from tests.browser.conftest import login, shot
-from tests.integration.hubtools import gpu_hub
 
 from localcluster import waits
 from localcluster.hubproc import Hub
@@ -50,13 +47,6 @@ def tab_to(page: Page, selector: str, limit: int = 60) -> None:
         if page.evaluate("s => document.activeElement && document.activeElement.matches(s)", selector):
             return
     raise AssertionError(f"{limit} presses of Tab never reached {selector}")
-
-
-@pytest.fixture
-def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    h = gpu_hub(namespace, tmp_path / "hub")
-    yield h
-    h.stop()
 
 
 def test_pick_a_mig_slice_and_land_in_jupyterlab(

@@ -7,18 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from localcluster.hubproc import Hub
 from localcluster.paths import ClusterPaths
-
-from .hubtools import gpu_hub
-
-
-@pytest.fixture
-def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    """A JupyterHub with GPUSessionSpawner on this test's namespace (modules may override it)."""
-    h = gpu_hub(namespace, tmp_path / "hub")
-    yield h
-    h.stop()
 
 
 @pytest.fixture

@@ -5,6 +5,9 @@ from __future__ import annotations
 import http.cookiejar
 import json
 import re
+import threading
+import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -167,6 +170,34 @@ def progress_messages(
                 if ev.get("ready") or ev.get("failed"):
                     break
     return [] if live is not None else messages
+
+
+def follow_spawn(
+    hub: Hub, user: str, options: dict[str, Any] | None, server: str = "", timeout: float = 90
+) -> tuple[tuple[int, Any], list[str]]:
+    """Start a server and read its progress stream from the moment the spawn is pending, as the
+    spawn page does: the start's answer and the stream's messages (the last one says ready or failed).
+
+    The stream is asked for again and again until the hub has a spawn to report on (400 or 404 before), so
+    even a spawn of a second is followed from its beginning."""
+    result: dict[str, tuple[int, Any]] = {}
+    hub.api("POST", f"/users/{user}")
+    starter = threading.Thread(target=lambda: result.update(r=start(hub, user, options, server)))
+    starter.start()
+    messages: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                progress_messages(hub, user, server, timeout=timeout, live=messages)
+                break
+            except urllib.error.HTTPError as e:
+                if e.code not in (400, 404) or time.monotonic() > deadline or "r" in result:
+                    raise
+                time.sleep(0.01)
+    finally:
+        starter.join(timeout)
+    return result["r"], messages
 
 
 def notebook_get(hub: Hub, url_path: str) -> tuple[int, Any]:

@@ -13,6 +13,7 @@ from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
 from .hubtools import (
+    follow_spawn,
     gpu_hub,
     gpu_objects,
     notebook_get,
@@ -83,13 +84,13 @@ def test_mig_session_reaches_notebook_and_keeps_its_device_across_restarts(
     assert _devices(kept) == first, "the claim stays allocated while the server is stopped"
     assert [r["name"] for r in kept["status"]["reservedFor"]] == ["gpu-holder-alice"]
 
-    code, _ = start(hub, "alice", ONE_G)
+    (code, _), messages = follow_spawn(hub, "alice", ONE_G)
     assert code in (201, 202)
     wait_ready(hub, "alice")
-    # A restart is quick: the spawn may be over before a page could read the progress stream,
-    # so read the same messages from the hub log.
-    log = hub.log.read_text()
-    assert "alice: GPU kept from your last start, reattaching: MIG 1g.10gb, device gpu-node-0/" in log
+    # On the spawn page's progress stream, not only in the hub log.
+    kept_message = "GPU kept from your last start, reattaching: MIG 1g.10gb, device gpu-node-0/"
+    assert any(m.startswith(kept_message) for m in messages), messages
+    assert "alice: " + kept_message in hub.log.read_text()
     assert _devices(_claim(api, namespace, "gpu-alice")) == first
     holder2 = api.get("Pod", "gpu-holder-alice", namespace)
     assert holder2["metadata"]["uid"] == holder["metadata"]["uid"]
@@ -177,13 +178,16 @@ def test_no_capacity_is_a_clear_refusal_not_a_timeout(hub: Hub, api: KubeAPI, na
     api.create(claim("blocker", "gpu.nvidia.com"), namespace)
     api.create(exec_pod("blocker", claim_name="blocker", command=["sleep", "3600"]), namespace)
     waits.claim_allocated(api, namespace, "blocker")
-    code, _ = start(hub, "erin", {"profile": "gpu-short"})
-    messages = progress_messages(hub, "erin") if code == 202 else []
+    (code, body), messages = follow_spawn(hub, "erin", {"profile": "gpu-short"})
     model = server_model(hub, "erin")
     assert model is None or not model.get("ready")
-    text = " ".join(messages) + hub.log.read_text()
-    assert "No GPU (whole GPU) became free within 4 seconds" in text
-    assert "none free right now" in text
+    # What the spawn page shows: the wait, then what was waited for and what was seen.
+    assert any(m.startswith("Waiting for a GPU (whole GPU): none free right now") for m in messages), messages
+    assert messages[-1].startswith("Spawn failed: No GPU (whole GPU) became free within 4 seconds;"), messages
+    assert "none free right now" in messages[-1] and "SpawnException" not in messages[-1]
+    assert code in (400, 202), (code, body)
+    if code == 400:
+        assert "No GPU (whole GPU) became free within 4 seconds" in body["message"]
     objs = gpu_objects(api, namespace)
     assert objs["claims"] == [] and objs["holders"] == [], "a refused request leaves nothing behind"
     assert "Traceback" not in hub.log.read_text()
@@ -210,6 +214,22 @@ def test_stop_releases_when_the_profile_says_so(hub: Hub, api: KubeAPI, namespac
     stop(hub, "gina")
     waits.gone(api, "ResourceClaim", "gpu-gina", namespace)
     waits.gone(api, "Pod", "gpu-holder-gina", namespace)
+
+
+def test_stop_after_a_hub_restart_still_follows_the_profile(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    """The profile's keep_gpu_on_stop=False holds after a restart, when the new hub has not
+    applied the profile's overrides (KubeSpawner applies them only at a start)."""
+    spawn(hub, "gina", {"profile": "mig-nokeep"})
+    assert api.get_or_none("ResourceClaim", "gpu-gina", namespace)
+    hub.stop()
+    hub2 = gpu_hub(namespace, hub.workdir, hub.ports)
+    try:
+        wait_ready(hub2, "gina")
+        stop(hub2, "gina")
+        waits.gone(api, "ResourceClaim", "gpu-gina", namespace)
+        waits.gone(api, "Pod", "gpu-holder-gina", namespace)
+    finally:
+        hub2.stop()
 
 
 def test_release_my_gpu_endpoint(hub: Hub, api: KubeAPI, namespace: str) -> None:
@@ -249,6 +269,23 @@ def test_release_my_gpu_endpoint(hub: Hub, api: KubeAPI, namespace: str) -> None
     assert not (server_model(hub, "hank") or {}).get("ready")
     code, body = hub.api("POST", "/gpusessions/users/hank/release")
     assert code == 200 and body["released"] is False
+
+
+def test_release_route_of_a_named_server_releases_that_server_only(
+    hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    spawn(hub, "uma", ONE_G)
+    spawn(hub, "uma", ONE_G, server="exp1")
+    code, body = hub.api("POST", "/gpusessions/users/uma/servers/exp1/release")
+    assert code == 200, body
+    assert body == {"released": True, "stopped": True, "claim": "gpu-uma--exp1"}
+    waits.gone(api, "ResourceClaim", "gpu-uma--exp1", namespace)
+    waits.gone(api, "Pod", "gpu-holder-uma--exp1", namespace)
+    assert not (server_model(hub, "uma", "exp1") or {}).get("ready")
+    assert (server_model(hub, "uma") or {}).get("ready"), "the default server runs on"
+    assert api.get_or_none("ResourceClaim", "gpu-uma", namespace) is not None
+    code, body = hub.api("POST", "/gpusessions/users/uma/servers/nope/release")
+    assert code == 404 and body["message"] == "uma has no server named nope", body
 
 
 def test_hub_restart_while_running_and_while_stopped_loses_and_duplicates_nothing(

@@ -106,6 +106,7 @@ def _browser(hub: Hub, user: str) -> tuple[urllib.request.OpenerDirector, str]:
     ("form", "message"),
     [
         ({"profile": "nope"}, "Unknown profile &#39;nope&#39;"),
+        ({"profile": "secret"}, "Unknown profile &#39;secret&#39;"),  # hidden: only admins are offered it
         ({"profile": "opts", "profile-option-opts--count": "64"}, "is not a choice for &#39;count&#39;"),
         (
             {
@@ -127,7 +128,14 @@ def test_tampered_form_gets_400_with_the_form_again(
     page = err.value.read().decode()
     assert message in page
     assert 'name="profile"' in page, "the form is shown again"
+    assert 'value="secret"' not in page, "the hidden profile is not offered either"
     assert not (server_model(hub, "trudy") or {}).get("ready")
+    objs = gpu_objects(api, module_ns)
+    assert [
+        o["metadata"]["name"]
+        for o in objs["claims"] + objs["holders"]
+        if o["metadata"]["annotations"].get("gpusessions.io/user") == "trudy"
+    ] == [], "no claim or holder was created"
     assert api.get_or_none("Pod", "jupyter-trudy", module_ns) is None
 
 
@@ -137,6 +145,10 @@ HOSTILE = [
     "a-b",
     "o'brien+test@corp.example",
     "q" * 200,
+    # Both exist through the REST API (only the login form lowers names); the names
+    # must not collide, though a plain lowercase slug of both is the same.
+    "Alice",
+    "alice",
 ]
 
 
