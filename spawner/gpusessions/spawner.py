@@ -103,7 +103,8 @@ class GPUSessionSpawner(KubeSpawner):
         config=True,
         help="""CEL expressions a device must satisfy, for example
         `device.attributes['gpu.nvidia.com'].profile == '1g.10gb'` or
-        `device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0`.""",
+        `device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40000Mi')) >= 0` (a "40gb"
+        MIG device has 40448 MiB on H100, 40192 MiB on A100: less than 40Gi).""",
     )
     gpu_size = Dict(
         {},
@@ -467,9 +468,15 @@ class GPUSessionSpawner(KubeSpawner):
         """Validate options strictly, apply the profile (KubeSpawner), then check the GPU settings."""
         try:
             options: dict[str, Any] = getattr(self, "user_options", {})
-            self.user_options = validate_options(options, await self._profile_list_for_user())
+            profile_list = await self._profile_list_for_user()
+            self.user_options = validate_options(options, profile_list)
         except InvalidOptions as e:
             raise SpawnRefused(str(e), reason="invalid-options") from None
+        if profile_list and not self.user_options.get("profile"):
+            # A start without options gets the default profile: name it, so the claim, the
+            # session file and the admin page say which size this is.
+            default_slug = self._get_profile(None, profile_list)["slug"]
+            self.user_options = {**self.user_options, "profile": default_slug}
         try:
             await super().load_user_options()
             self._profile_applied = True

@@ -351,3 +351,29 @@ def test_a_claim_that_is_not_ours_is_never_adopted(hub: Hub, api: KubeAPI, names
     after = api.get("ResourceClaim", "gpu-mike", namespace)
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
     assert api.get_or_none("Pod", "gpu-holder-mike", namespace) is None
+
+
+def test_a_start_without_options_names_the_default_profile(
+    api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    """REST starts without options get the default profile; the claim, the session's
+    environment and the admin page say which (they said nothing before)."""
+    from localcluster.hubproc import start_hub
+
+    from .hubtools import GPU_HUB_CONFIG
+
+    extra = """
+from gpusessions.profiles import default_profiles
+c.KubeSpawner.profile_list = [
+    {**p, "default": p["slug"] == "mig-1g-10gb"} for p in default_profiles()
+]
+"""
+    hub = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, tmp_path / "hub")
+    try:
+        spawn(hub, "dee", None)
+        claim = api.get("ResourceClaim", "gpu-dee", namespace)
+        assert claim["metadata"]["annotations"]["gpusessions.io/profile"] == "mig-1g-10gb"
+        assert process_env(api, namespace, "jupyter-dee")["GPUSESSIONS_PROFILE"] == "mig-1g-10gb"
+        assert server_model(hub, "dee")["user_options"] == {"profile": "mig-1g-10gb"}  # type: ignore[index]
+    finally:
+        hub.stop()
