@@ -389,6 +389,14 @@ class GPUSession:
             await self._wait_claim_gone(60)
         return had_holder or had_claim
 
+    async def release_if_ours(self) -> bool:
+        """Release a claim of this server's name that is ours though the hub's state does not
+        know it (a hub that died mid-spawn). One GET when there is none."""
+        claim = await self.api.get_claim(self.n.namespace, self.n.claim)
+        if claim is None or not self._owned(claim):
+            return False
+        return await self.release(wait=False)
+
     async def _wait_claim_gone(self, timeout: float) -> None:
         await self._wait_gone(
             lambda: self.api.get_claim(self.n.namespace, self.n.claim),

@@ -628,8 +628,11 @@ class GPUSessionSpawner(KubeSpawner):
             )
 
     async def _release_previous_gpu_for_cpu_profile(self) -> None:
-        """A server that switches to a CPU-only profile gives back the GPU it kept."""
+        """A server that switches to a CPU-only profile gives back the GPU it kept (also one
+        the hub's state lost: a hub that died after creating the claim never saved it)."""
         if not self._gpu_state:
+            if await self._session().release_if_ours():
+                self._emit("You picked a profile without a GPU: released a GPU left from an earlier start.")
             return
         self._emit("You picked a profile without a GPU: releasing the GPU you had ...")
         await self._session().release(wait=False)

@@ -59,6 +59,28 @@ def test_a_hub_that_lost_its_state_adopts_the_claim_and_holder_it_made(
         fresh.stop()
 
 
+def test_a_hub_that_lost_its_state_releases_the_gpu_when_the_user_picks_cpu_only(
+    hub: Hub, api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    """Same loss of state; the user's next start is CPU only: the claim and holder found by name,
+    ours, are released (the hub's state never knew them), and the user is told."""
+    spawn(hub, "otto", ONE_G)
+    stop(hub, "otto")
+    hub.stop()
+    fresh = gpu_hub(namespace, tmp_path / "fresh-hub")
+    try:
+        (code, body), messages = follow_spawn(fresh, "otto", {"profile": "cpu"})
+        assert code in (201, 202), (code, body)
+        wait_ready(fresh, "otto")
+        assert any("released a GPU left from an earlier start" in m for m in messages), messages
+        waits.wait_for(
+            lambda: gpu_objects(api, namespace)["claims"] == [], 30, "otto's old claim to be released"
+        )
+        assert gpu_objects(api, namespace)["holders"] == []
+    finally:
+        fresh.stop()
+
+
 def test_a_holder_pod_that_is_not_ours_is_refused_and_left_alone(
     hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
