@@ -64,7 +64,14 @@ SESSION_FILE = f"{SESSION_FILE_DIR}/session.json"
 SESSION_ANNOTATION = "gpusessions.io/session"
 # Profile settings that stop and the holder check need after a hub restart, when the profile's
 # kubespawner_override has not been applied again (KubeSpawner applies it only at a start).
-KEPT_SETTINGS = ("keep_gpu_on_stop", "on_holder_loss", "holder_image", "holder_resources")
+KEPT_SETTINGS = (
+    "keep_gpu_on_stop",
+    "on_holder_loss",
+    "holder_image",
+    "holder_resources",
+    "node_selector",
+    "tolerations",
+)
 
 
 class SpawnRefused(SpawnException):
@@ -336,8 +343,8 @@ class GPUSessionSpawner(KubeSpawner):
         return C.HolderSettings(
             image=self._setting("holder_image"),
             resources=dict(self._setting("holder_resources")),
-            node_selector=dict(self.node_selector or {}),
-            tolerations=tuple(self.tolerations or ()),
+            node_selector=dict(self._setting("node_selector") or {}),
+            tolerations=tuple(t for t in self._setting("tolerations") or () if isinstance(t, dict)),
             scheduler_name=(self.kai_scheduler_name if queue else self.scheduler_name) or None,
             priority_class=(self.kai_priority_class if queue else self.priority_class_name) or None,
             image_pull_policy=self.image_pull_policy or None,
@@ -598,7 +605,11 @@ class GPUSessionSpawner(KubeSpawner):
                 "describe": request.describe(),
                 "kernels": "1" if session.kernels is not None else "",
                 "queue": self._kai_queue or "",
-                "settings": json.dumps({k: getattr(self, k) for k in KEPT_SETTINGS}, sort_keys=True),
+                # default=str: a toleration given as a V1Toleration rather than a dict is kept
+                # as text (and ignored after a restart) instead of failing the start.
+                "settings": json.dumps(
+                    {k: getattr(self, k) for k in KEPT_SETTINGS}, sort_keys=True, default=str
+                ),
             }
         finally:
             self._gpu_phase_done.set()

@@ -111,13 +111,17 @@ def test_culler_rides_out_an_apiserver_restart(api: KubeAPI, namespace: str, tmp
         hub.stop()
 
 
-def _poll_hub(namespace: str, workdir: Path, extra: str = "") -> Hub:
+def _poll_hub(
+    namespace: str, workdir: Path, extra: str = "", ports: tuple[int, int, int] | None = None
+) -> Hub:
     from localcluster.hubproc import start_hub
 
     from .hubtools import GPU_HUB_CONFIG
 
     return start_hub(
-        GPU_HUB_CONFIG.format(namespace=namespace) + "\nc.KubeSpawner.poll_interval = 2\n" + extra, workdir
+        GPU_HUB_CONFIG.format(namespace=namespace) + "\nc.KubeSpawner.poll_interval = 2\n" + extra,
+        workdir,
+        ports=ports,
     )
 
 
@@ -153,6 +157,44 @@ def test_a_lost_holder_is_recreated_and_the_user_told(api: KubeAPI, namespace: s
         stop(hub, "hal")
         spawn(hub, "hal", ONE_G)
         assert counts(api, namespace) == (1, 1, 1)
+    finally:
+        hub.stop()
+
+
+def test_a_holder_lost_after_a_hub_restart_keeps_the_profile_placement(
+    api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    """The profile's node_selector and tolerations hold for a holder recreated by a restarted
+    hub (which has not applied the profile's overrides: KubeSpawner does that at a start)."""
+    node = api.list("Node")["items"][0]["metadata"]["name"]
+    toleration = {"key": "gpusessions.io/test", "operator": "Exists", "effect": "NoSchedule"}
+    extra = f"""
+from gpusessions.profiles import mig_profile
+c.KubeSpawner.profile_list = [
+    mig_profile("1g.10gb", "pinned", node_selector={{"kubernetes.io/hostname": {node!r}}},
+                tolerations=[{toleration!r}]),
+]
+"""
+    hub = _poll_hub(namespace, tmp_path / "hub", extra)
+    try:
+        spawn(hub, "pia", ONE_G)
+        hub.stop()
+        hub = _poll_hub(namespace, tmp_path / "hub", extra, ports=hub.ports)
+        wait_ready(hub, "pia")
+        old = api.get("Pod", "gpu-holder-pia", namespace)
+        api.delete("Pod", "gpu-holder-pia", namespace, grace_period=0)
+        pod = waits.wait_for(
+            lambda: (
+                (p := api.get_or_none("Pod", "gpu-holder-pia", namespace))
+                and p["metadata"]["uid"] != old["metadata"]["uid"]
+                and p
+            ),
+            60,
+            "the holder to be recreated by the restarted hub",
+            lambda: hub.log.read_text()[-2000:],
+        )
+        assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": node}
+        assert toleration in pod["spec"]["tolerations"]
     finally:
         hub.stop()
 
