@@ -215,3 +215,33 @@ def test_status_reports_components(cluster: object) -> None:
     }
     assert all(st["components"].values())
     assert json.dumps(st)
+
+
+def test_make_cluster_and_cluster_down_are_the_fixed_interface(own_paths: ClusterPaths) -> None:
+    """`make cluster SHAPE=...` starts it with the kubeconfig and every component's log in the
+    cluster folder, a second `make cluster` reuses it, `make cluster-down` frees its ports."""
+    base = PORT_BASE + 100
+    env = {
+        **os.environ,
+        "DEVCLUSTER_DIR": str(own_paths.root),
+        "DEVCLUSTER_BIN": str(own_paths.bin),
+        "DEVCLUSTER_PORT_BASE": str(base),
+    }
+
+    def make(*args: str) -> str:
+        r = subprocess.run(
+            ["make", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout + r.stderr
+
+    assert "cluster ready" in make("cluster", "SHAPE=cpu-only")
+    api = KubeAPI.from_kubeconfig(own_paths.kubeconfig)
+    assert api.request("GET", "/version")["gitVersion"] == "v1.35.4"
+    for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "runtime"):
+        assert own_paths.log(name).stat().st_size > 0, f"{name} logs to {own_paths.log(name)}"
+    assert "reusing the running cluster" in make("cluster", "SHAPE=cpu-only")
+    owned = procs.owned_pids(own_paths.root)
+    make("cluster-down")
+    assert not any(procs.alive(p) for p in owned)
+    assert all(procs.port_free(base + i) for i in range(5))
