@@ -248,6 +248,12 @@ def device_memory(device: Obj | None) -> int | None:
     return int(quantity(cap["value"])) if cap else None
 
 
+def memory_range(inv: Inventory, keys: list[DeviceKey]) -> tuple[int, int] | None:
+    """The least and most GPU memory of the devices `keys` (None when none says)."""
+    mems = [m for m in (device_memory(inv.by_key[k]) for k in keys) if m is not None]
+    return (min(mems), max(mems)) if mems else None
+
+
 def _unknown(base: Obj, request: GPURequest, note: str) -> Obj:
     return {
         **base,
@@ -268,12 +274,13 @@ def profile_figures(
     allocated: set[DeviceKey],
     classes: dict[str, Obj],
     left: dict[CounterKey, dict[str, Amount]],
-    slice_memo: dict[Any, tuple[list[DeviceKey], int, int]] | None = None,
+    slice_memo: dict[Any, tuple[list[DeviceKey], int, int, tuple[int, int] | None]] | None = None,
 ) -> Obj:
     """The figures the picker shows for one profile.
 
-    `slice_memo` keeps, per size, the matching devices, the empty-cluster count and the devices
-    its selectors fail on (a size with any is shown as unknown, with the reason): they
+    `slice_memo` keeps, per size, the matching devices, the empty-cluster count, the devices
+    its selectors fail on (a size with any is shown as unknown, with the reason) and the least
+    and most GPU memory of a matching device (a size may match an A100 40GB and an 80GB): they
     change only with the slices, so claims changing costs only the count of what is free."""
     base = {
         "slug": profile["slug"],
@@ -296,7 +303,7 @@ def profile_figures(
         if request.first_available
         else [(request.device_class, list(request.selectors), request.count)]
     )
-    best: tuple[int, int, Obj | None, int] | None = None
+    best: tuple[int, int, Obj | None, int, tuple[int, int] | None] | None = None
     for device_class, selectors, count in alternatives:
         if device_class not in classes:
             continue
@@ -307,7 +314,12 @@ def profile_figures(
         cached = slice_memo.get((match, parts)) if slice_memo is not None else None
         if cached is None:
             keys = inv.candidates(match)
-            cached = (keys, _greedy(inv, keys, set(), inv.counters), selector_errors(inv, list(parts)))
+            cached = (
+                keys,
+                _greedy(inv, keys, set(), inv.counters),
+                selector_errors(inv, list(parts)),
+                memory_range(inv, keys),
+            )
             if slice_memo is not None:
                 slice_memo[(match, parts)] = cached
         if cached[2]:
@@ -319,7 +331,7 @@ def profile_figures(
                 "string), so the scheduler may refuse it",
             )
         free, total, devices = count_free(inv, match, allocated, count, left, cached[0], cached[1])
-        cand = (free, total, devices[0] if devices else None, count)
+        cand = (free, total, devices[0] if devices else None, count, cached[3])
         if best is None or (cand[0], cand[1]) > (best[0], best[1]):
             best = cand
     if best is None:
@@ -332,15 +344,17 @@ def profile_figures(
             "memory": None,
             "compute": "",
         }
-    free, total, example, count = best
+    free, total, example, count, mem_range = best
     state = "free" if free > 0 else ("none-free" if total > 0 else "not-offered")
-    mem = device_memory(example)
+    least, most = mem_range if mem_range else (None, None)
     return {
         **base,
         "gpu": request.describe(),
         "state": state,
         "free": free,
         "total": total,
-        "memory": mem * count if mem is not None else None,
+        # GPU memory a session gets at least (and at most, when the matching devices differ).
+        "memory": least * count if least is not None else None,
+        "memory_max": most * count if most is not None else None,
         "compute": compute_share(example, count),
     }

@@ -149,8 +149,13 @@ def team_figure(team: Team | None, want: Fraction) -> Obj | None:
     return Q.team_figure(team.use, team.limit, want, team.own)
 
 
-def _gib(n: int | None) -> str:
-    return f"{n / 2**30:.1f} GiB" if n else ""
+def memory_text(least: int | None, most: int | None = None) -> str:
+    """'9.8 GiB', or '39.5-79.6 GiB' when the size matches devices of different memory."""
+    if not least:
+        return ""
+    if most and most != least:
+        return f"{least / 2**30:.1f}-{most / 2**30:.1f} GiB"
+    return f"{least / 2**30:.1f} GiB"
 
 
 def base_figures(
@@ -228,7 +233,7 @@ def compute_figures(
             "description": p.get("description", ""),
             "default": bool(p.get("default")),
         }
-        f["memory_text"] = _gib(f.get("memory"))
+        f["memory_text"] = memory_text(f.get("memory"), f.get("memory_max"))
         f["availability"] = describe_availability(f)
         f["queue"] = team_figure(team, _equivalent(request, inv, classes, slice_memo)) if team else None
         out.append(f)

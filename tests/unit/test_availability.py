@@ -226,3 +226,23 @@ def test_a_selector_that_fails_on_some_devices_is_shown_as_unknown() -> None:
     assert f["state"] == "unknown" and "fails with a CEL error on 1 device(s)" in f["note"]
     f = profile_figures({"slug": "s"}, GPURequest("mig.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
     assert f["state"] == "unknown" and "on 22 device(s)" in f["note"]
+
+
+def test_a_size_matching_gpus_of_different_memory_shows_the_range() -> None:
+    """The demo shape's whole GPUs: A100 80GB (81920 MiB), H100 80GB (81559 MiB) and the
+    whole-GPU device of a partitionable H100 (8 memory slices, 81152 MiB): a whole-GPU size
+    promises the least and says the most; one model alone gives one figure."""
+    from gpusessions.picker import memory_text
+
+    inv = _inv("demo")
+    left = remaining_counters(inv, set())
+    whole = GPURequest("gpu.nvidia.com", 1, ())
+    f = profile_figures({"slug": "gpu"}, whole, inv, set(), CLASSES, left)
+    assert (f["memory"], f["memory_max"]) == (81152 * 2**20, 81920 * 2**20)
+    assert memory_text(f["memory"], f["memory_max"]) == "79.2-80.0 GiB"
+    a100 = GPURequest(
+        "gpu.nvidia.com", 2, ("device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-80GB'",)
+    )
+    f = profile_figures({"slug": "a100x2"}, a100, inv, set(), CLASSES, left)
+    assert f["memory"] == f["memory_max"] == 2 * 81920 * 2**20
+    assert memory_text(f["memory"], f["memory_max"]) == "160.0 GiB"
