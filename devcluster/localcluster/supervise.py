@@ -27,7 +27,6 @@ import ctypes
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 
@@ -56,29 +55,35 @@ def say(name: str, msg: str) -> None:
 
 
 def supervise(name: str, cmd: Sequence[str], grace: float) -> int:
-    stop = threading.Event()
+    # Plain values, not locks: the handler runs between any two bytecodes of the loop below.
+    state = {"stop": 0, "forwarded": 0}
     child: subprocess.Popen[bytes] | None = None
 
+    def forward(signum: int) -> None:
+        if state["forwarded"] or child is None or child.poll() is not None:
+            return
+        state["forwarded"] = signum  # once: a second signal makes Kubernetes components exit at once
+        with contextlib.suppress(OSError):
+            child.send_signal(signum)
+
     def on_signal(signum: int, _frame: object) -> None:
-        if stop.is_set():
-            return  # forwarded once already: a second signal makes Kubernetes components exit at once
-        stop.set()
-        if child is not None and child.poll() is None:
-            with contextlib.suppress(OSError):
-                child.send_signal(signum)
+        state["stop"] = state["stop"] or signum
+        forward(signum)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     restarts = 0
     backoff = 0.0
-    while not stop.is_set():
+    while not state["stop"]:
         started = time.monotonic()
         # Its own process group: a SIGTERM to the supervisor's group reaches the component
         # once, forwarded (Kubernetes components exit at once on a second signal).
         child = subprocess.Popen(list(cmd), preexec_fn=_die_with_parent, process_group=0)
+        if state["stop"]:  # a signal that came just before `child` was set
+            forward(state["stop"])
         code = child.wait()
         ran_for = time.monotonic() - started
-        if stop.is_set():
+        if state["stop"]:
             return code
         if restarts == 0 and ran_for < grace:
             say(name, f"exited with code {code} {ran_for:.1f}s after its first start; not restarting")
@@ -90,8 +95,9 @@ def supervise(name: str, cmd: Sequence[str], grace: float) -> int:
             f"exited with code {code} after {ran_for:.0f}s; starting it again in {backoff:.0f}s "
             f"(restart {restarts})",
         )
-        if stop.wait(backoff):
-            break
+        deadline = time.monotonic() + backoff
+        while not state["stop"] and time.monotonic() < deadline:
+            time.sleep(0.05)
     return 0
 
 

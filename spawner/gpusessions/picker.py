@@ -103,7 +103,11 @@ async def user_queue(spawner: Any) -> Team | None:
     if not setting:
         return None
     groups = [g.name for g in getattr(spawner.user, "groups", []) or []]
-    queue = await Q.resolve(setting, spawner, groups, getattr(spawner, "kai_default_queue", ""))
+    try:
+        queue = await Q.resolve(setting, spawner, groups, getattr(spawner, "kai_default_queue", ""))
+    except Exception as e:  # a kai_queue callable that fails: the sizes still show, the team not
+        spawner.log.warning("kai_queue failed for %s in the picker: %s", spawner.user.name, e)
+        return None
     if not queue:
         return Team(None)
     limit = (getattr(spawner, "kai_gpu_quota", None) or {}).get(queue)
@@ -263,6 +267,7 @@ async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
     derived = view.derived()
     version, computed_from = view.computed_version, view.computed_from
     view.warm = warm
+    view.viewed()
     if ready:
         team = team_of(spawner, team, view, derived[0], view.memo, version)
         profiles = compute_figures(

@@ -276,6 +276,7 @@ class GPUSessionSpawner(KubeSpawner):
         self._kai_queue: str | None = None
         self._profile_applied = False  # load_user_options applied the profile in this process
         self._gpu_started = False  # start() ran and stop() has not run since
+        self._creating_pod = False  # inside KubeSpawner's notebook pod create (see stop)
         # The start timeout covers the wait for a GPU too.
         base: int = getattr(self, "start_timeout", 60)
         self.start_timeout = int(base + self._max_allocation_timeout())
@@ -642,8 +643,15 @@ class GPUSessionSpawner(KubeSpawner):
         """A server that switches to a CPU-only profile gives back the GPU it kept (also one
         the hub's state lost: a hub that died after creating the claim never saved it)."""
         if not self._gpu_state:
-            if await self._session().release_if_ours():
-                self._emit("You picked a profile without a GPU: released a GPU left from an earlier start.")
+            try:
+                if await self._session().release_if_ours():
+                    self._emit(
+                        "You picked a profile without a GPU: released a GPU left from an earlier start."
+                    )
+            except KubeError as e:  # best effort: the culler releases orphans anyway
+                self.log.warning(
+                    "Could not look for a GPU left by an earlier start of %s: %s", self.user.name, e
+                )
             return
         self._emit("You picked a profile without a GPU: releasing the GPU you had ...")
         await self._session().release(wait=False)
@@ -797,7 +805,19 @@ class GPUSessionSpawner(KubeSpawner):
             yield event
 
     # -- stop, release, delete --------------------------------------------------------------
+    async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> Any:
+        self._creating_pod = True
+        try:
+            return await super()._make_create_pod_request(pod, request_timeout)
+        finally:
+            self._creating_pod = False
+
     async def stop(self, now: bool = False) -> None:
+        if self._creating_pod:
+            # KubeSpawner's start stops a notebook pod it finds in the way of its create (a
+            # 409) and tries again: not the user stopping, so the GPU and progress stay.
+            await super().stop(now=now)
+            return
         self._gpu_started = False
         await super().stop(now=now)
         if self._gpu_state and not self._setting("keep_gpu_on_stop"):

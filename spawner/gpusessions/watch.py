@@ -122,6 +122,9 @@ class Cache:
         return str(body["metadata"]["resourceVersion"])
 
 
+VIEWS_RECENT = 60.0  # seconds after a page view during which changes are recounted ahead of views
+
+
 class ClusterView:
     """Slices, claims and device classes, and the derived inventory."""
 
@@ -151,6 +154,8 @@ class ClusterView:
         self.warm: Callable[[ClusterView], None] | None = None
         self._recount: asyncio.TimerHandle | None = None
         self.recounts = 0  # recounts made after a change (not inside a view)
+        self.last_view = 0.0  # monotonic time of the last page view (`viewed`)
+        self._recount_cost = 0.0  # seconds the last recount took
         self.computed_from = (0, 0)  # (slices, claims) the derived data was made from
 
     @property
@@ -161,16 +166,28 @@ class ClusterView:
         self.version += 1
         self._schedule_recount()
 
-    def _schedule_recount(self) -> None:
+    def viewed(self) -> None:
+        """A page view came: changes are recounted ahead of views for a while (`VIEWS_RECENT`)."""
+        self.last_view = time.monotonic()
+
+    def _schedule_recount(self, at_least: float = 0.0) -> None:
         if self._recount is None:
-            delay = max(0.0, self.min_interval - (time.monotonic() - self._computed_at))
+            # At most once per min_interval, and the loop gets at least twice a recount's
+            # time to itself between two (a 1,000-node slice change takes over a second).
+            gap = max(self.min_interval, 2 * self._recount_cost, at_least)
+            delay = max(0.0, gap - (time.monotonic() - self._computed_at))
             self._recount = asyncio.get_running_loop().call_later(delay, self._recount_now)
 
     def _recount_now(self) -> None:
-        """Recount after a change (scheduled by `_changed`, at most once per `min_interval`)."""
+        """Recount after a change (scheduled by `_changed`), while someone looks at the picker."""
         self._recount = None
         if not all(c.ready.is_set() for c in (self.slices, self.claims, self.classes)):
             return  # still listing: the last list's change schedules the recount
+        if time.monotonic() - self.last_view > VIEWS_RECENT:
+            self.recent.clear()  # nobody looked lately: the next view counts what it needs
+            return
+        version = self.version
+        started = time.monotonic()
         try:
             self.derived()
             if self.warm is not None:
@@ -178,6 +195,12 @@ class ClusterView:
             self.recounts += 1
         except Exception:  # the figures stay as they were; the next view recounts and says why
             log.exception("recounting the picker's figures failed")
+            self._computed_at = time.monotonic()
+            if self.version != version:  # retry only for new data, and not at once
+                self._schedule_recount(at_least=self.min_interval)
+            return
+        finally:
+            self._recount_cost = time.monotonic() - started
         if self._computed_version != self.version:  # changed again within min_interval
             self._schedule_recount()
 
@@ -217,7 +240,7 @@ class ClusterView:
             self._derived = (inv, allocated, left, classes)
             self._computed_version = version
             self.computed_from = (len(self.slices.objects), len(self.claims.objects))
-            self._computed_at = now
+            self._computed_at = time.monotonic()  # when the work ended: min_interval is idle time
         return self._derived
 
     def stop(self) -> None:

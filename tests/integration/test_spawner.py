@@ -377,3 +377,21 @@ c.KubeSpawner.profile_list = [
         assert server_model(hub, "dee")["user_options"] == {"profile": "mig-1g-10gb"}  # type: ignore[index]
     finally:
         hub.stop()
+
+
+def test_a_pod_in_the_way_of_a_no_keep_start_keeps_the_new_gpu(
+    hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    """KubeSpawner's start stops and retries when the notebook pod's name is taken (a 409):
+    that stop is not the user's, so a profile that releases its GPU at stop keeps the one it
+    just got."""
+    from localcluster.testing import exec_pod
+
+    api.create(exec_pod("jupyter-lena", command=["sleep", "3600"]), namespace)
+    spawn(hub, "lena", {"profile": "mig-nokeep"})
+    claim = api.get("ResourceClaim", "gpu-lena", namespace)
+    assert claim["status"].get("allocation"), "the GPU is still allocated"
+    assert (
+        api.get("Pod", "jupyter-lena", namespace)["spec"]["resourceClaims"][0]["resourceClaimName"]
+        == "gpu-lena"
+    )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpusessions import picker
+from gpusessions import picker, watch
 from gpusessions.profiles import default_profiles
 from gpusessions.watch import ClusterView
 from localcluster.paths import SHAPES_DIR
@@ -44,6 +44,7 @@ def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.Mo
     profiles = default_profiles()
 
     def page_view(view: ClusterView) -> dict[str, Any]:
+        view.viewed()
         figures = picker.compute_figures(
             SPAWNER,
             profiles,
@@ -69,7 +70,7 @@ def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.Mo
             cache.ready.set()
         view._changed()
         await asyncio.sleep(0.3)
-        assert view.recounts == 1  # after the lists: counted, but no size asked for yet
+        assert view.recounts == 0  # nobody looked yet: nothing is counted ahead of a view
 
         first = page_view(view)
         assert first["mig-1g-10gb"]["free"] == 9
@@ -81,11 +82,50 @@ def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.Mo
         view.claims.objects[key] = claim
         view._changed()
         await asyncio.sleep(0.3)
-        assert view.recounts == 2 and len(counted) == 4
+        assert view.recounts == 1 and len(counted) == 4
         counted.clear()
         after = page_view(view)
         assert after["mig-1g-10gb"]["free"] == 8
         assert counted == [], "the view after a change reads figures made by the recount"
+
+        # Nobody has looked for a while: changes cost nothing until the next view.
+        view.last_view -= watch.VIEWS_RECENT + 1
+        view.claims.objects.pop(key)
+        view._changed()
+        await asyncio.sleep(0.3)
+        assert view.recounts == 1 and counted == [] and view.recent == {}
+        assert page_view(view)["mig-1g-10gb"]["free"] == 9
+        view.stop()
+
+    asyncio.run(run())
+
+
+def test_a_failing_recount_waits_for_new_data_and_does_not_spin() -> None:
+    async def run() -> None:
+        api = SimpleNamespace(
+            list_resource_slice=None, list_resource_claim_for_all_namespaces=None, list_device_class=None
+        )
+        view = ClusterView(min_interval=0.1, api=api, start=False)
+        view.warm = picker.warm
+        view.slices.objects = {"bad": {"metadata": {"name": "bad"}, "spec": {}}}  # no driver
+        calls: list[int] = []
+        derived = view.derived
+
+        def counted() -> Any:
+            calls.append(1)
+            return derived()
+
+        view.derived = counted  # type: ignore[method-assign]
+        for cache in (view.slices, view.claims, view.classes):
+            cache.ready.set()
+        view.viewed()
+        view._changed()
+        await asyncio.sleep(0.5)
+        assert len(calls) == 1, "no retry without new data"
+        view._changed()
+        view._changed()
+        await asyncio.sleep(0.5)
+        assert len(calls) <= 3, f"{len(calls)} recounts in 0.5 s"
         view.stop()
 
     asyncio.run(run())
