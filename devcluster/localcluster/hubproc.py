@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -29,10 +29,20 @@ class HubError(RuntimeError):
     pass
 
 
+# Below Linux's ephemeral range (32768-60999 by default) and above the local clusters'
+# (16443 + n*1000 .. +404): a hub restarted in place must find its ports free, and an
+# ephemeral port can be taken meanwhile by any outgoing connection (the fuzzer's hub restart
+# once failed so: "Address already in use").
+PORT_RANGE = (21000, 32000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port on 127.0.0.1 outside the ephemeral range."""
+    for _ in range(200):
+        port = random.randint(*PORT_RANGE)
+        if port_free(port):
+            return port
+    raise RuntimeError(f"no free port in {PORT_RANGE[0]}-{PORT_RANGE[1]} on 127.0.0.1")
 
 
 @dataclass
