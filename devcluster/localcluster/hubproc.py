@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .paths import REPO_ROOT, ClusterPaths
-from .procs import port_free
+from .procs import port_free, terminate
 
 CHP = REPO_ROOT / ".cache" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 
@@ -36,11 +36,15 @@ class HubError(RuntimeError):
 PORT_RANGE = (21000, 32000)
 
 
+_given: set[int] = set()  # ports handed out by this process: never twice (a hub's three must differ)
+
+
 def free_port() -> int:
-    """A free port on 127.0.0.1 outside the ephemeral range."""
+    """A free port on 127.0.0.1 outside the ephemeral range, not handed out before."""
     for _ in range(200):
         port = random.randint(*PORT_RANGE)
-        if port_free(port):
+        if port not in _given and port_free(port):
+            _given.add(port)
             return port
     raise RuntimeError(f"no free port in {PORT_RANGE[0]}-{PORT_RANGE[1]} on 127.0.0.1")
 
@@ -121,6 +125,10 @@ def start_hub(
         raise HubError(f"configurable-http-proxy is not installed at {CHP}; run 'make node-deps'")
     workdir.mkdir(parents=True, exist_ok=True)
     proxy_port, hub_port, api_port = ports or (free_port(), free_port(), free_port())
+    if len({proxy_port, hub_port, api_port}) != 3:
+        raise HubError(
+            f"the proxy, hub and proxy API ports must differ: {proxy_port}, {hub_port}, {api_port}"
+        )
     for port in (proxy_port, hub_port, api_port):
         if not port_free(port):
             raise HubError(f"port {port} on 127.0.0.1 is in use by another program; stop it and retry")
@@ -155,6 +163,7 @@ def start_hub(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            _stop_proxy(workdir)  # a hub that dies at start leaves the proxy it started
             tail = log.read_text(errors="replace").splitlines()[-15:]
             raise HubError("JupyterHub exited during start-up:\n" + "\n".join(tail))
         try:
@@ -165,4 +174,17 @@ def start_hub(
             pass
         time.sleep(0.3)
     hub.stop()
+    _stop_proxy(workdir)
     raise HubError(f"JupyterHub did not answer within {timeout:.0f}s; see {log}")
+
+
+def _stop_proxy(workdir: Path) -> None:
+    """Stop the configurable-http-proxy a hub in `workdir` started (its pid file), if running."""
+    try:
+        pid = int((workdir / "jupyterhub-proxy.pid").read_text().strip())
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"configurable-http-proxy" not in f.read():
+                return
+    except (OSError, ValueError):
+        return
+    terminate([pid], timeout=5)
