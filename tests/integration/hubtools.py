@@ -238,15 +238,25 @@ def gpu_objects(api: KubeAPI, namespace: str) -> dict[str, list[dict[str, Any]]]
     }
 
 
-def logged_in(hub: Hub, user: str) -> urllib.request.OpenerDirector:
-    """A cookie session of `user`, logged in through the hub's login form (DummyAuthenticator)."""
+def logged_in(hub: Hub | str, user: str, password: str = "test-password") -> urllib.request.OpenerDirector:
+    """A cookie session of `user`, logged in through the hub's login form (DummyAuthenticator);
+    `hub` is a Hub or its public URL (http://127.0.0.1:<port>)."""
+    url = hub if isinstance(hub, str) else hub.url
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    opener.open(hub.url + "/hub/login", timeout=30).read()
+    opener.open(url + "/hub/login", timeout=30).read()
     xsrf = next(c.value for c in jar if c.name == "_xsrf")
-    data = urllib.parse.urlencode({"username": user, "password": "test-password", "_xsrf": xsrf}).encode()
-    opener.open(hub.url + "/hub/login", data=data, timeout=30).read()
+    data = urllib.parse.urlencode({"username": user, "password": password, "_xsrf": xsrf}).encode()
+    opener.open(url + "/hub/login", data=data, timeout=30).read()  # a wrong password raises (403)
     return opener
+
+
+def spawn_form(opener: urllib.request.OpenerDirector, url: str, user: str) -> tuple[str, str]:
+    """The spawn form of a logged-in `user` and the xsrf token its action carries."""
+    page = opener.open(url + f"/hub/spawn/{user}", timeout=30).read().decode()
+    m = re.search(r'action="[^"]*[?&]_xsrf=([^"&]+)"', page)
+    assert m, page[:2000]
+    return page, m.group(1)
 
 
 def user_token(hub: Hub, user: str) -> str:

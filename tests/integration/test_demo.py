@@ -4,7 +4,6 @@ stopped with Ctrl-C."""
 
 from __future__ import annotations
 
-import http.cookiejar
 import json
 import os
 import queue
@@ -26,6 +25,8 @@ from localcluster.demo import NAMESPACE, PORTS
 from localcluster.kubeapi import KubeAPI
 from localcluster.paths import REPO_ROOT, ClusterPaths
 from localcluster.testing import allocated
+
+from .hubtools import logged_in, spawn_form
 
 pytestmark = pytest.mark.cluster
 SIZE = "mig-1g-10gb"
@@ -90,25 +91,12 @@ def demo(tmp_path: Path) -> Iterator[Demo]:
         lc.down(d.paths)
 
 
-def _login(url: str, user: str, password: str) -> urllib.request.OpenerDirector:
-    jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    page = opener.open(url + "login", timeout=30).read().decode()
-    assert "Demo only" in page, "the login page says it is for the demo only"
-    xsrf = next(c.value for c in jar if c.name == "_xsrf")
-    form = {"username": user, "password": password, "_xsrf": xsrf}
-    opener.open(url + "login", data=urllib.parse.urlencode(form).encode(), timeout=30).read()  # 403 raises
-    return opener
-
-
 def _start_from_the_form(opener: urllib.request.OpenerDirector, url: str, user: str) -> None:
-    page = opener.open(url + f"spawn/{user}", timeout=30).read().decode()
+    page, xsrf = spawn_form(opener, url, user)
     for size in ("CPU only", "MIG 1g.10gb", "MIG 3g.40gb", "Whole GPU"):
         assert size in page, f"the picker offers {size}"
-    m = re.search(r'action="[^"]*[?&]_xsrf=([^"&]+)"', page)
-    assert m, page[:2000]
-    form = urllib.parse.urlencode({"profile": SIZE, "_xsrf": m.group(1)}).encode()
-    opener.open(url + f"spawn/{user}", data=form, timeout=60).read()
+    form = urllib.parse.urlencode({"profile": SIZE, "_xsrf": xsrf}).encode()
+    opener.open(url + f"/hub/spawn/{user}", data=form, timeout=60).read()
 
 
 def _api(info: dict[str, str], method: str, path: str) -> tuple[int, object]:
@@ -138,8 +126,11 @@ def test_make_demo_walkthrough_and_ctrl_c_stops_everything(demo: Demo) -> None:
     assert len(api.list("Node")["items"]) == 3, "the demo shape: three GPU nodes"
 
     # 1-3: log in, pick MIG 1g.10gb, the notebook starts with its GPU.
-    opener = _login(info["url"], "alice", info["password"])
-    _start_from_the_form(opener, info["url"], "alice")
+    hub_url = info["url"].removesuffix("/hub/")
+    with urllib.request.urlopen(hub_url + "/hub/login", timeout=30) as r:
+        assert "Demo only" in r.read().decode(), "the login page says it is for the demo only"
+    opener = logged_in(hub_url, "alice", info["password"])
+    _start_from_the_form(opener, hub_url, "alice")
     waits.wait_for(lambda: _ready(info, "alice"), 120, "alice's notebook to be ready")
     with opener.open(info["url"].replace("/hub/", "/user/alice/lab"), timeout=60) as r:
         assert "JupyterLab" in r.read().decode(), "JupyterLab through the proxy, after the hub's OAuth"
@@ -153,7 +144,7 @@ def test_make_demo_walkthrough_and_ctrl_c_stops_everything(demo: Demo) -> None:
     assert allocated(api.get("ResourceClaim", "gpu-alice", NAMESPACE)) == device
 
     # 5: start again: the same device.
-    _start_from_the_form(opener, info["url"], "alice")
+    _start_from_the_form(opener, hub_url, "alice")
     waits.wait_for(lambda: _ready(info, "alice"), 120, "alice's notebook to be ready again")
     assert allocated(api.get("ResourceClaim", "gpu-alice", NAMESPACE)) == device
 

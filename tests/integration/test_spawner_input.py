@@ -14,7 +14,7 @@ import pytest
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import gpu_hub, gpu_objects, logged_in, server_model, spawn, start
+from .hubtools import gpu_hub, gpu_objects, logged_in, server_model, spawn, spawn_form, start
 
 pytestmark = pytest.mark.cluster
 
@@ -96,10 +96,7 @@ def test_admins_see_the_hidden_profile(hub: Hub) -> None:
 def _browser(hub: Hub, user: str) -> tuple[urllib.request.OpenerDirector, str]:
     opener = logged_in(hub, user)
     # The form carries the token for the logged-in session.
-    page = opener.open(hub.url + f"/hub/spawn/{user}", timeout=30).read().decode()
-    m = re.search(r'action="[^"]*[?&]_xsrf=([^"&]+)"', page)
-    assert m, page[:2000]
-    return opener, m.group(1)
+    return opener, spawn_form(opener, hub.url, user)[1]
 
 
 @pytest.mark.parametrize(
