@@ -30,6 +30,7 @@ from localcluster.kubeapi import KubeAPI
 from localcluster.paths import ClusterPaths
 
 from .hubtools import spawn, stop
+from .kaitools import kai_pod, podgroup_of
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,8 +188,12 @@ def test_chart_installs_device_classes_and_queues_upgrades_and_uninstalls_cleanl
     )
     for doc in (d for d in rendered if d and d["kind"] == "Queue"):
         assert api.get("Queue", doc["metadata"]["name"])["spec"] == doc["spec"], doc["metadata"]["name"]
-    # KAI's queuecontroller took the queues up: it writes their status.
-    waits.wait_for(lambda: "status" in api.get("Queue", team), 30, f"KAI's status on queue {team}")
+    # KAI's scheduler takes work in the rendered leaf queue: a pod of that queue is scheduled.
+    api.create(kai_pod("in-queue", team), namespace)
+    waits.pod_ready(api, namespace, "in-queue", timeout=60)
+    pg = podgroup_of(api, namespace, "in-queue")
+    assert pg["spec"]["queue"] == team
+    api.delete("Pod", "in-queue", namespace, grace_period=0)
     token = api.get("Secret", "gpusessions-agent-token", namespace)["data"]["token"]
 
     # Upgrade: a size goes, one comes; the agent token is kept (holders already use it).
