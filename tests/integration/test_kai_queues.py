@@ -103,6 +103,43 @@ def test_mig_devices_against_a_queue_of_gpu_limit_one(
     assert not st.get("allocated")
 
 
+def test_a_mig_device_of_a_class_named_gpu_counts_as_one_whole_gpu(
+    api: KubeAPI, namespace: str, teams: tuple[str, str]
+) -> None:
+    """Measured: the chart's DeviceClasses are named `gpusessions-<size>`, which contains "gpu":
+    KAI then charges each MIG device of such a class as one whole GPU."""
+    a, _ = teams
+    cls = f"gpusessions-{namespace[-6:]}-mig-1g-10gb"
+    api.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": cls},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": "device.driver == 'gpu.nvidia.com' && "
+                            "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
+                        }
+                    }
+                ]
+            },
+        }
+    )
+    try:
+        session(api, namespace, "s", a, cls, None, "build")
+        waits.pod_ready(api, namespace, "s-nb", timeout=60)
+        waits.wait_for(
+            lambda: queue_status(api, a).get("allocated", {}).get(cls) == "1",
+            30,
+            f"KAI to report one GPU of class {cls} allocated in queue {a}",
+        )
+    finally:
+        api.delete_collection("Pod", namespace, grace_period=0)
+        api.delete("DeviceClass", cls)
+
+
 def test_a_preemptible_session_that_borrowed_is_reclaimed_when_the_owner_asks(
     api: KubeAPI, namespace: str, teams: tuple[str, str]
 ) -> None:
