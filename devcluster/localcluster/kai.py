@@ -132,6 +132,33 @@ def commands(
     }
 
 
+def queue(name: str, gpu: tuple[float, float], parent: str | None = None) -> dict[str, Any]:
+    """A KAI Queue with explicit limits: GPU (quota, limit), CPU and memory unlimited (-1)."""
+    free = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    spec: dict[str, Any] = {
+        "resources": {
+            "gpu": {"quota": gpu[0], "limit": gpu[1], "overQuotaWeight": 1},
+            "cpu": dict(free),
+            "memory": dict(free),
+        }
+    }
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def demo_queues() -> list[dict[str, Any]]:
+    """`make demo`'s queues: two teams under one department, parents first. GPU figures are KAI's
+    (whole GPUs; MIG devices of mig.nvidia.com cost nothing in KAI): each team owns 3 of the demo
+    shape's 5 whole GPUs' worth and may use 4 (a whole-GPU session needs one GPU of headroom,
+    docs/queues.md)."""
+    return [
+        queue("research", (6, 6)),
+        queue("team-a", (3, 4), parent="research"),
+        queue("team-b", (3, 4), parent="research"),
+    ]
+
+
 def priority_classes() -> list[dict[str, Any]]:
     return [
         {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": n}, "value": v}
