@@ -63,6 +63,14 @@ def test_every_flag_spelling() -> None:
     assert _app("--CullerApp.idle_limit=42").policy.rules.idle_limit == 42
 
 
+def test_a_flag_given_twice_takes_its_last_value() -> None:
+    """As with argparse before: the tests' hubs append overrides to the default flags."""
+    app = _app("--stopped-keep", "3", "--interval=1", "--stopped-keep", "600", "--interval", "2")
+    assert (app.policy.rules.stopped_keep, app.interval) == (600, 2)
+    assert _app("--namespace=a", "--namespace=b").namespace == "b"
+    assert _app('--per-profile={"a": {}}', '--per-profile={"b": {}}').policy.per_profile == {"b": {}}
+
+
 def test_config_file_and_the_command_line_wins(tmp_path: Path) -> None:
     cfg = tmp_path / "culler_config.py"
     cfg.write_text(

@@ -49,16 +49,30 @@ class JSONDict(Dict):
         return super().validate(obj, value)
 
 
-def _rule(name: str, help_text: str) -> Float:
+class LastFloat(Float):
+    """A flag given twice takes its last value, as argparse did (the tests' hubs add overrides)."""
+
+    def from_string_list(self, s_list: list[str]) -> Any:
+        return self.from_string(s_list[-1])
+
+
+class LastUnicode(Unicode):
+    """A flag given twice takes its last value, as argparse did."""
+
+    def from_string_list(self, s_list: list[str]) -> Any:
+        return self.from_string(s_list[-1])
+
+
+def _rule(name: str, help_text: str) -> LastFloat:
     """A policy setting: its default is the one in policy.Rules."""
-    return Float(getattr(Rules, name), help=help_text).tag(config=True)
+    return LastFloat(getattr(Rules, name), help=help_text).tag(config=True)
 
 
 class CullerApp(Application):
     name = "gpusessions.culler"
     description = "The gpusessions culler: releases idle and kept GPUs, serves the admin page and metrics."
 
-    interval = Float(60.0, help="seconds between cycles").tag(config=True)
+    interval = LastFloat(60.0, help="seconds between cycles").tag(config=True)
     stopped_keep = _rule("stopped_keep", "keep a stopped server's GPU this long")
     stopped_keep_contended = _rule(
         "stopped_keep_contended",
@@ -75,10 +89,10 @@ class CullerApp(Application):
         help='per profile slug, any of the rules above: {"<profile slug>": {"idle_limit": 600}}'
     ).tag(config=True)
     dry_run = Bool(False, help="decide and log, change nothing").tag(config=True)
-    namespace = Unicode(
+    namespace = LastUnicode(
         "", help="the namespace of this hub's sessions; '*' for all namespaces (one hub per cluster only)"
     ).tag(config=True)
-    config_file = Unicode("", help="a config file (Python or JSON) setting any of these").tag(config=True)
+    config_file = LastUnicode("", help="a config file (Python or JSON) setting any of these").tag(config=True)
 
     aliases = {
         "interval": "CullerApp.interval",
