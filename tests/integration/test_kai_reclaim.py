@@ -4,7 +4,6 @@ asks for it; what the borrower's hub, user and objects see."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from localcluster import waits
 from localcluster.hubproc import Hub, start_hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import GPU_HUB_CONFIG, server_model, spawn
+from .hubtools import GPU_HUB_CONFIG, gpu_objects, server_model, spawn
 from .kaitools import make_queues, queue
 
 pytestmark = pytest.mark.cluster
@@ -59,12 +58,22 @@ def test_a_borrowed_gpu_is_reclaimed_when_its_owner_asks(hub: Hub, api: KubeAPI,
     assert holder["spec"]["priorityClassName"] == "build-preemptible"
     spawn(hub, "ann", {"profile": "gpu"})
     assert api.get("Pod", "jupyter-ann", namespace)["spec"]["schedulerName"] == "kai-scheduler"
-    # KAI evicted the borrower's pods: the hub sees cy's server stopped.
+    # KAI evicted the borrower's pods: the hub sees cy's server stopped ...
     waits.wait_for(lambda: not (server_model(hub, "cy") or {}).get("ready"), 60, "cy's server to stop")
     for pod in ("jupyter-cy", "gpu-holder-cy"):
         waits.gone(api, "Pod", pod, namespace, timeout=60)
-    time.sleep(3)
-    claim = api.get_or_none("ResourceClaim", "gpu-cy", namespace)
-    print("cy's claim after reclaim:", claim and claim.get("status"))
-    print("cy's notices:", notices(hub, "cy"))
-    print("cy's server:", server_model(hub, "cy"))
+    # ... tells cy why (the hub home page and JupyterLab read these notices) ...
+    said = waits.wait_for(lambda: notices(hub, "cy"), 30, "a notice to cy")
+    assert len(said) == 1, said
+    assert said[0].startswith(
+        f"Your GPU session was taken back by the scheduler: your team's queue {teams(namespace)[2]} "
+        "was using GPUs beyond its share"
+    ), said
+    # ... and releases its GPU: nothing of cy's session is left.
+    waits.gone(api, "ResourceClaim", "gpu-cy", namespace, timeout=30)
+    assert not [
+        o for objs in gpu_objects(api, namespace).values() for o in objs if "cy" in o["metadata"]["name"]
+    ]
+    # ann's session, non-preemptible, runs on.
+    assert (server_model(hub, "ann") or {}).get("ready")
+    assert notices(hub, "ann") == []
