@@ -3,6 +3,7 @@ or a spawn through the hub fails with a clear message; nothing is left behind.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from localcluster.hubproc import Hub, start_hub
 from localcluster.kubeapi import KubeAPI
 from localcluster.testing import allocated
 
-from .hubtools import GPU_HUB_CONFIG, gpu_objects, progress_messages, start
+from .hubtools import GPU_HUB_CONFIG, follow_spawn, gpu_objects, progress_messages, start
 from .kaitools import kai_claim, kai_pod, make_queues, queue, queue_names
 
 pytestmark = pytest.mark.cluster
@@ -105,3 +106,36 @@ def test_a_spawn_while_kai_is_down_fails_clearly_and_leaves_nothing(
     waits.wait_for(
         lambda: not any(gpu_objects(api, namespace).values()), 30, "the withdrawn request to leave nothing"
     )
+
+
+def test_a_spawn_past_its_queues_limit_says_why_in_kais_words(
+    api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    """A queue of GPU limit 1 whose one GPU is in use: a user's whole-GPU spawn waits, the spawn
+    page gives KAI's reason (queue, limit, in use) within seconds, and the withdrawn request (a
+    4 s allocation timeout here) leaves nothing."""
+    parent, leaf = queue_names(namespace)
+    for _ in make_queues(api, [queue(parent, 1, -1), queue(leaf, 1, 1, parent=parent)]):
+        api.create(kai_claim("other", leaf, "gpu.nvidia.com"), namespace)
+        api.create(kai_pod("other-holder", leaf, "other"), namespace)
+        waits.pod_ready(api, namespace, "other-holder", timeout=60)
+        extra = f"\nc.GPUSessionSpawner.kai_queue = {leaf!r}\n"
+        hub = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, tmp_path / "hub")
+        try:
+            t0 = time.monotonic()
+            _, messages = follow_spawn(hub, "ann", {"profile": "gpu-short"})
+            took = time.monotonic() - t0
+            text = "\n".join(messages)
+            want = (
+                f"OverLimit: {leaf} quota has reached the allowable limit of GPUs. Limit is 1 GPUs, "
+                "currently 1 GPUs allocated and workload requested 1 GPUs."
+            )
+            assert want in text, text
+            assert took < 20, took
+            waits.wait_for(
+                lambda: not any(gpu_objects(api, namespace).values()),
+                30,
+                "the withdrawn request to leave nothing",
+            )
+        finally:
+            hub.stop()
