@@ -26,6 +26,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from gpusessions.core.claims import AGENT_PORT
 from gpusessions.culler.contention import mark_contention
 from gpusessions.culler.hub import HubAPI
+from gpusessions.culler.hubconfig import ADMIN_SCOPE
 from gpusessions.culler.kube import ClusterSide
 from gpusessions.culler.model import (
     CULL_AT,
@@ -286,7 +287,6 @@ def _label(value: str) -> str:
 
 
 # -- HTTP ------------------------------------------------------------------------------------
-ADMIN_SCOPE = "custom:gpusessions:admin"
 
 
 class _Admin(HubOAuthenticated, web.RequestHandler):
