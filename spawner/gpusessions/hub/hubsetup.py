@@ -22,13 +22,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gpusessions.core import queues as Q
 from gpusessions.core.sizes import DeviceMatch
 from gpusessions.culler.hubconfig import configure_culler
 from gpusessions.hub.handlers import configure_hub
 
 Obj = dict[str, Any]
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_PRIORITIES = {"build", "build-preemptible", "train", "inference"}
 
 
 class SettingsError(ValueError):
@@ -102,7 +102,11 @@ def check(doc: Any) -> Obj:
         _expect(type(count) is int and 1 <= count <= 8, f"{w}.count", f"must be 1 to 8, not {count!r}")
         _bool(s.get("default", False), f"{w}.default")
         if "priorityClass" in s:
-            _expect(s["priorityClass"] in _PRIORITIES, f"{w}.priorityClass", f"one of {sorted(_PRIORITIES)}")
+            _expect(
+                s["priorityClass"] in Q.PRIORITY_CLASSES,
+                f"{w}.priorityClass",
+                f"one of {sorted(Q.PRIORITY_CLASSES)}",
+            )
         if "persistKernels" in s:
             _bool(s["persistKernels"], f"{w}.persistKernels")
         if "match" in s:
@@ -120,9 +124,9 @@ def check(doc: Any) -> Obj:
     )
     if _bool(kai.get("enabled", False), "kai.enabled"):
         _expect(
-            kai.get("priorityClass", "build") in _PRIORITIES,
+            kai.get("priorityClass", Q.PRIORITY_CLASS) in Q.PRIORITY_CLASSES,
             "kai.priorityClass",
-            f"one of {sorted(_PRIORITIES)}",
+            f"one of {sorted(Q.PRIORITY_CLASSES)}",
         )
         queues = kai.get("queues", {})
         _expect(isinstance(queues, dict), "kai.queues", "must be a mapping")
@@ -237,8 +241,8 @@ def apply(c: Any, settings: Obj, culler_env: dict[str, str] | None = None) -> No
         mapping = {grp: q for q, spec in kai["queues"].items() for grp in spec["groups"]}
         g.kai_queue = mapping
         g.kai_default_queue = kai.get("defaultQueue", "")
-        g.kai_priority_class = kai.get("priorityClass", "build")
-        g.kai_scheduler_name = kai.get("schedulerName", "kai-scheduler")
+        g.kai_priority_class = kai.get("priorityClass", Q.PRIORITY_CLASS)
+        g.kai_scheduler_name = kai.get("schedulerName", Q.SCHEDULER_NAME)
         g.kai_gpu_quota = {
             q: spec["gpuEquivalents"] for q, spec in kai["queues"].items() if spec.get("gpuEquivalents")
         }
