@@ -13,7 +13,8 @@ kai-scheduler`, priority classes `build` (non-preemptible) and `build-preemptibl
 **Adding another scheduler** (Volcano, Kueue, YuniKorn, ...) touches this module only:
 give `QueuePolicy` its label (`labels`), its pod fields (`scheduling`) and, if its queues
 are named differently, its resolution (`queue_of`); the quota in GPU-equivalents below does
-not depend on the scheduler.
+not depend on the scheduler. (The chart's settings document names KAI's priority classes in
+its schema, hub/settings.schema.json: a deployment through it needs that list too.)
 
 - `resolve`: which queue a user's sessions go to: a fixed name, the first of the user's
   hub groups found in a mapping (group -> queue, `"*"` for everyone else), or a callable.
@@ -44,9 +45,10 @@ from gpusessions.core.sizes import mig_slices
 Obj = dict[str, Any]
 EQUIVALENTS_ANNOTATION = "gpusessions.io/gpu-equivalents"
 SCHEDULER_NAME = "kai-scheduler"
-# KAI's priority classes: 100 and above is non-preemptible (runs only within the queue's quota).
-PRIORITY_CLASSES = frozenset({"train", "build-preemptible", "build", "inference"})
-PRIORITY_CLASS = "build"  # notebooks: an interactive session waits rather than vanishes
+# KAI's `build` (100) is non-preemptible: runs only within the queue's quota, never evicted. An
+# interactive session waits rather than vanishes. (The chart's settings schema lists KAI's
+# priority classes for `priorityClass`: hub/settings.schema.json.)
+PRIORITY_CLASS = "build"
 
 
 async def resolve(setting: Any, spawner: Any, groups: Iterable[str], default: str = "") -> str | None:
