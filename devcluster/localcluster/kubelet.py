@@ -4,8 +4,9 @@ It registers the shape's Nodes, has the fake NVIDIA driver (`fakedriver`)
 publish their ResourceSlices, and for every pod bound to one of its nodes: gives it a unique
 127.x IP, starts the container's real process where it knows the image
 (jupyterhub-singleuser for notebook images, the GPU agent for holder images,
-the command as given for `localcluster/exec`), injects NVIDIA_VISIBLE_DEVICES
-from the allocation of the claims the container lists, reports the pod Running
+the command as given for `localcluster/exec`), gives a container the devices
+of the claims it lists the way the driver's CDI spec does (NVIDIA_VISIBLE_DEVICES=void,
+a fake NVML that sees only those devices), reports the pod Running
 and Ready, applies the restart policy when a process exits, and finishes pod
 deletion. One worker thread owns all state; a watch thread feeds it events.
 """
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import podspec
-from .fakedriver import FakeDriver
+from .fakedriver import CDI_DEVICES_ENV, FakeDriver
 from .fakeserve import FakeServers
 from .kubeapi import ApiError, KubeAPI, Obj
 from .paths import ClusterPaths
@@ -449,9 +450,14 @@ class Runtime:
         full = dict(zip(full, values, strict=True))
         dev = run.devices.get(cont.name)
         if dev:
-            full["NVIDIA_VISIBLE_DEVICES"] = dev
+            # What the driver's CDI spec gives a container: the devices' nodes (here: a fake
+            # NVML that sees only them) and NVIDIA_VISIBLE_DEVICES=void, never the UUIDs.
+            full["NVIDIA_VISIBLE_DEVICES"] = "void"
+            full[CDI_DEVICES_ENV] = dev
         if cont.mode == podspec.HOLDER:
-            full["GPUSESSIONS_FAKE_NVML"] = self.driver.nvml_file(run.node)
+            full["GPUSESSIONS_FAKE_NVML"] = self.driver.container_nvml(
+                run.node, f"{run.uid}-{cont.name}", dev.split(",") if dev else []
+            )
         argv = podspec.map_paths(podspec.bind_to_pod_ip(argv, run.ip), mounts)
         exe = shutil.which(argv[0], path=full["PATH"]) if argv else None
         if not exe:
