@@ -7,12 +7,12 @@ when merged, so z2jh's `c.JupyterHub.services`, with the culler's token, would b
 Everything comes from the gpusessions chart's settings (ConfigMap
 gpusessions-hub-settings, mounted by helm/z2jh-values.yaml at
 /usr/local/etc/gpusessions/settings.json; GPUSESSIONS_SETTINGS overrides the path).
-The demo (demo_config.py) goes through the same gpusessions.hubsetup.apply().
+The demo (demo_config.py) goes through the same gpusessions.hub.hubsetup.apply().
 """
 
 import os
 
-from gpusessions import hubsetup
+from gpusessions.hub import hubsetup
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821
 

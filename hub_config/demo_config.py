@@ -7,7 +7,7 @@ user logs in with one shared password printed by `make demo` (also in
 
 import os
 
-from gpusessions import hubsetup
+from gpusessions.hub import hubsetup
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .spawner import GPUSessionSpawner
+    from gpusessions.hub.spawner import GPUSessionSpawner
 
 __all__ = ["GPUSessionSpawner"]
 __version__ = "0.1.0"
@@ -15,7 +15,7 @@ def __getattr__(name: str) -> Any:
     # Imported on first use, so the holder's agent (gpusessions.agent) runs with tornado and
     # NVML only, without JupyterHub and KubeSpawner in its image.
     if name == "GPUSessionSpawner":
-        from .spawner import GPUSessionSpawner
+        from gpusessions.hub.spawner import GPUSessionSpawner
 
         return GPUSessionSpawner
     raise AttributeError(f"module 'gpusessions' has no attribute {name!r}")

@@ -163,7 +163,7 @@ def trace_summary(trace: list[Session]) -> dict[str, Any]:
 
 # --- the hubs ------------------------------------------------------------------------------
 HUB = """
-from gpusessions.handlers import configure_hub
+from gpusessions.hub.handlers import configure_hub
 
 c.JupyterHub.spawner_class = "gpusessions"
 c.JupyterHub.authenticator_class = "dummy"

@@ -7,7 +7,7 @@ A seeded random sequence of users, each asking for a size drawn from the mix,
 is placed by the real kube-scheduler (DRA plugin, partitionable devices on)
 and the resourceclaim controller of the local cluster, one session after the
 other, until the first one that cannot be allocated. Each session is what the
-spawner creates: a ResourceClaim built by `gpusessions.claims.build_claim`
+spawner creates: a ResourceClaim built by `gpusessions.core.claims.build_claim`
 from the default profile's request, and a pod that uses it (a minimal pod
 with no process: the runtime ignores these nodes). Three figures per shape:
 
@@ -57,10 +57,10 @@ sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster"), str(Path(__file
 import packing  # noqa: E402
 from bench_picker import FLEET_GPUS  # noqa: E402
 
-from gpusessions.claims import GPURequest, build_claim  # noqa: E402
-from gpusessions.picker import profile_request  # noqa: E402
-from gpusessions.profiles import default_profiles  # noqa: E402
-from gpusessions.sizes import DeviceMatch, parse_cel, quantity  # noqa: E402
+from gpusessions.core.claims import GPURequest, build_claim  # noqa: E402
+from gpusessions.core.profiles import default_profiles  # noqa: E402
+from gpusessions.core.sizes import DeviceMatch, parse_cel, quantity  # noqa: E402
+from gpusessions.hub.picker import profile_request  # noqa: E402
 from localcluster import cluster as lc  # noqa: E402
 from localcluster import gpumodels  # noqa: E402
 from localcluster.kubeapi import KubeAPI  # noqa: E402

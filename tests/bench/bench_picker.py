@@ -34,10 +34,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster")]
 
-from gpusessions.availability import Inventory, allocated_devices, remaining_counters  # noqa: E402
-from gpusessions.picker import compute_figures, render_form  # noqa: E402
-from gpusessions.profiles import default_profiles  # noqa: E402
-from gpusessions.sizes import DeviceMatch, device_class  # noqa: E402
+from gpusessions.core.availability import Inventory, allocated_devices, remaining_counters  # noqa: E402
+from gpusessions.core.profiles import default_profiles  # noqa: E402
+from gpusessions.core.sizes import DeviceMatch, device_class  # noqa: E402
+from gpusessions.hub.picker import compute_figures, render_form  # noqa: E402
 from localcluster.shapes import build_slices, device_classes, parse_shape  # noqa: E402
 
 # Per node: 2 whole H100, 2 as 7 x 1g.10gb, 2 as 3g.40gb + 2g.20gb + 2 x 1g.10gb, 2 partitionable

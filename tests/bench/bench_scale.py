@@ -53,8 +53,8 @@ from localcluster.paths import ClusterPaths  # noqa: E402
 
 MIX = {"mig-1g-10gb": 0.60, "mig-3g-40gb": 0.25, "gpu": 0.15}
 HUB = """
-from gpusessions.handlers import configure_hub
-from gpusessions.profiles import default_profiles
+from gpusessions.hub.handlers import configure_hub
+from gpusessions.core.profiles import default_profiles
 from gpusessions.culler.hubconfig import configure_culler
 
 c.JupyterHub.spawner_class = "gpusessions"

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from gpusessions.sizes import DeviceMatch, quantity
+from gpusessions.core.sizes import DeviceMatch, quantity
 
 Obj = dict[str, Any]
 Vector = tuple[int, ...]

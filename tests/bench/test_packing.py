@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import packing
 
-from gpusessions.sizes import DeviceMatch
+from gpusessions.core.sizes import DeviceMatch
 from localcluster.paths import SHAPES_DIR
 from localcluster.shapes import Shape, build_slices, load_shape, parse_shape
 

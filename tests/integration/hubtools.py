@@ -18,8 +18,8 @@ from localcluster.hubproc import Hub, start_hub
 from localcluster.kubeapi import KubeAPI
 
 GPU_HUB_CONFIG = """
-from gpusessions.handlers import configure_hub
-from gpusessions.profiles import default_profiles, mig_profile
+from gpusessions.hub.handlers import configure_hub
+from gpusessions.core.profiles import default_profiles, mig_profile
 
 c.JupyterHub.spawner_class = "gpusessions"
 c.JupyterHub.authenticator_class = "dummy"

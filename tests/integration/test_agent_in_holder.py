@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpusessions.claims import AGENT_PORT, GPURequest, HolderSettings, build_claim, build_holder_pod
+from gpusessions.core.claims import AGENT_PORT, GPURequest, HolderSettings, build_claim, build_holder_pod
 from localcluster import waits
 from localcluster.kubeapi import KubeAPI
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpusessions.core.sizes import DeviceMatch
 from gpusessions.culler.model import WARNED_AT
-from gpusessions.sizes import DeviceMatch
 from helmtools import CHART, helm, values_file
 from localcluster import components, waits
 from localcluster.certs import PKI

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpusessions.claims import GPURequest, build_claim
+from gpusessions.core.claims import GPURequest, build_claim
 from localcluster import waits
 from localcluster.hubproc import Hub, free_port, start_hub
 from localcluster.kubeapi import KubeAPI

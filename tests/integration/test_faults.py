@@ -169,7 +169,7 @@ def test_a_holder_lost_after_a_hub_restart_keeps_the_profile_placement(
     node = api.list("Node")["items"][0]["metadata"]["name"]
     toleration = {"key": "gpusessions.io/test", "operator": "Exists", "effect": "NoSchedule"}
     extra = f"""
-from gpusessions.profiles import mig_profile
+from gpusessions.core.profiles import mig_profile
 c.KubeSpawner.profile_list = [
     mig_profile("1g.10gb", "pinned", node_selector={{"kubernetes.io/hostname": {node!r}}},
                 tolerations=[{toleration!r}]),

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpusessions.availability import Inventory
-from gpusessions.sizes import DeviceMatch, device_class
+from gpusessions.core.availability import Inventory
+from gpusessions.core.sizes import DeviceMatch, device_class
 from localcluster import waits
 from localcluster.hubproc import Hub, start_hub
 from localcluster.kubeapi import KubeAPI

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import config as kube_config
 
-from gpusessions import claims as C
-from gpusessions.kube import Obj, SessionAPI
-from gpusessions.session import Allocation, GPUSession, Refused, SessionNames
+from gpusessions.core import claims as C
+from gpusessions.hub.session import Allocation, GPUSession, Refused, SessionNames
+from gpusessions.kube.api import Obj, SessionAPI
 from localcluster import waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI

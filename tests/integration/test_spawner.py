@@ -363,7 +363,7 @@ def test_a_start_without_options_names_the_default_profile(
     from .hubtools import GPU_HUB_CONFIG
 
     extra = """
-from gpusessions.profiles import default_profiles
+from gpusessions.core.profiles import default_profiles
 c.KubeSpawner.profile_list = [
     {**p, "default": p["slug"] == "mig-1g-10gb"} for p in default_profiles()
 ]

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from gpusessions.availability import (
+from gpusessions.core.availability import (
     Inventory,
     allocated_devices,
     count_free,
@@ -14,8 +14,8 @@ from gpusessions.availability import (
     remaining_counters,
     selector_errors,
 )
-from gpusessions.claims import GPURequest
-from gpusessions.sizes import DeviceMatch, parse_cel, quantity, semver
+from gpusessions.core.claims import GPURequest
+from gpusessions.core.sizes import DeviceMatch, parse_cel, quantity, semver
 from localcluster.paths import SHAPES_DIR
 from localcluster.shapes import build_slices, device_classes, load_shape
 
@@ -236,7 +236,7 @@ def test_a_size_matching_gpus_of_different_memory_shows_the_range() -> None:
     """The demo-dynamic shape's whole GPUs: A100 80GB (81920 MiB) and the whole-GPU device of a
     partitionable H100 (8 memory slices, 81152 MiB): a whole-GPU size promises the least and
     says the most; one model alone gives one figure."""
-    from gpusessions.picker import memory_text
+    from gpusessions.hub.picker import memory_text
 
     inv = _inv("demo-dynamic")
     left = remaining_counters(inv, set())

@@ -13,12 +13,12 @@ import pytest
 import yaml
 from traitlets.config import Config
 
-from gpusessions import hubsetup
-from gpusessions.claims import AGENT_PORT
+from gpusessions.core.claims import AGENT_PORT
+from gpusessions.core.kernels import KERNEL_PORT
+from gpusessions.core.labels import COMPONENT, MANAGED_BY, MANAGER
+from gpusessions.core.sizes import DeviceMatch, parse_cel
 from gpusessions.culler.hubconfig import ADMIN_SCOPE
-from gpusessions.kernels import KERNEL_PORT
-from gpusessions.labels import COMPONENT, MANAGED_BY, MANAGER
-from gpusessions.sizes import DeviceMatch, parse_cel
+from gpusessions.hub import hubsetup
 from helmtools import CHART, Z2JH_VALUES, HelmError, by_kind, helm, settings_of, template, values_file
 
 K8S = "1.35.0"
@@ -350,7 +350,7 @@ def test_z2jh_values_fit_the_chart(tmp_path: Path) -> None:
 
 def test_values_yaml_matches_the_spawner_defaults() -> None:
     """The chart's documented defaults say what the spawner does by default."""
-    from gpusessions.spawner import GPUSessionSpawner as S
+    from gpusessions.hub.spawner import GPUSessionSpawner as S
 
     defaults = _defaults()
     assert defaults["holder"]["persistKernels"] is S.persist_kernels.default_value

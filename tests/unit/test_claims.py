@@ -5,8 +5,8 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from gpusessions import claims as C
-from gpusessions import labels as L
+from gpusessions.core import claims as C
+from gpusessions.core import labels as L
 
 K8S = "1.35.0"
 ONE_G = ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",)

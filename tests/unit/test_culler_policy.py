@@ -400,7 +400,7 @@ def test_contended_keep_off_or_per_profile() -> None:
 
 
 def test_the_size_in_words_comes_from_the_claim_spec() -> None:
-    from gpusessions.claims import Alternative, GPURequest, build_claim, describe_spec
+    from gpusessions.core.claims import Alternative, GPURequest, build_claim, describe_spec
 
     one_g = "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
     for req in (

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from kubespawner import KubeSpawner
 
-from gpusessions.spawner import GPUSessionSpawner
+from gpusessions.hub.spawner import GPUSessionSpawner
 
 
 def test_delete_forever_releases_the_gpu_even_if_the_pvc_delete_fails(

@@ -1,4 +1,4 @@
-"""gpusessions.hubsetup: one settings document -> a JupyterHub config, wrong ones refused."""
+"""gpusessions.hub.hubsetup: one settings document -> a JupyterHub config, wrong ones refused."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from traitlets.config import Config
 
-from gpusessions import hubsetup
-from gpusessions.profiles import default_profiles
+from gpusessions.core.profiles import default_profiles
+from gpusessions.hub import hubsetup
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = {"name": "mig-1g-10gb", "displayName": "MIG 1g.10gb", "deviceClass": "gpusessions-mig-1g-10gb"}

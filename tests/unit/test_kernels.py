@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpusessions import kernels as K
 from gpusessions.agent.kernels import join, kernel_pids
-from gpusessions.claims import HolderSettings, build_holder_pod
+from gpusessions.core import kernels as K
+from gpusessions.core.claims import HolderSettings, build_holder_pod
 
 CLAIM = {"metadata": {"name": "gpu-ann", "namespace": "ns", "uid": "u-1"}}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpusessions.options import InvalidOptions, validate
+from gpusessions.core.options import InvalidOptions, validate
 
 PROFILES = [
     {"slug": "cpu", "default": True},

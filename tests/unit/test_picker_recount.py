@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from gpusessions import picker, watch
-from gpusessions.profiles import default_profiles
-from gpusessions.watch import ClusterView
+from gpusessions.core.profiles import default_profiles
+from gpusessions.hub import picker
+from gpusessions.kube import watch
+from gpusessions.kube.watch import ClusterView
 from localcluster.paths import SHAPES_DIR
 from localcluster.shapes import build_slices, device_classes, load_shape
 

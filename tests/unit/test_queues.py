@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from fractions import Fraction
 
-from gpusessions import queues as Q
-from gpusessions.availability import Inventory
-from gpusessions.claims import Alternative, GPURequest
-from gpusessions.sizes import size_selectors
+from gpusessions.core import queues as Q
+from gpusessions.core.availability import Inventory
+from gpusessions.core.claims import Alternative, GPURequest
+from gpusessions.core.sizes import size_selectors
 from localcluster.paths import SHAPES_DIR
 from localcluster.shapes import build_slices, device_classes, load_shape
 

@@ -13,8 +13,8 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.config import kube_config
 
-from gpusessions.session import Allocation
-from gpusessions.spawner import GPUSessionSpawner
+from gpusessions.hub.session import Allocation
+from gpusessions.hub.spawner import GPUSessionSpawner
 from localcluster.testing import allocation_status
 
 # KubeSpawner loads a kube config when it is built; nothing here contacts the server.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gpusessions.watch import Cache
+from gpusessions.kube.watch import Cache
 
 
 def _cache() -> Cache:

@@ -21,7 +21,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/*
 The CEL selector of a size's `match`: the driver, attributes equal to values,
 capacities at least quantities. The same form (and order: keys sorted) as
-gpusessions.sizes.DeviceMatch.cel() in Python, which the picker reads back;
+gpusessions.core.sizes.DeviceMatch.cel() in Python, which the picker reads back;
 tests/unit/test_chart.py checks that both give the same text.
 */}}
 {{- define "gpusessions.cel" -}}

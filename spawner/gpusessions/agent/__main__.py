@@ -8,8 +8,8 @@ import logging
 import os
 import signal
 
-from .nvml import load
-from .server import AgentState, make_app, start_sampling
+from gpusessions.agent.nvml import load
+from gpusessions.agent.server import AgentState, make_app, start_sampling
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ FAKE_ENV = "GPUSESSIONS_FAKE_NVML"
 def load() -> ModuleType:
     """The NVML module: `gpusessions.agent.fakenvml` if GPUSESSIONS_FAKE_NVML is set, else pynvml."""
     if os.environ.get(FAKE_ENV):
-        from . import fakenvml
+        from gpusessions.agent import fakenvml
 
         fakenvml.configure(os.environ[FAKE_ENV])
         return fakenvml

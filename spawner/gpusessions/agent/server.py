@@ -14,8 +14,8 @@ from typing import Any
 from tornado import web
 from tornado.ioloop import PeriodicCallback
 
-from .collect import Collector, Reading, visible_uuids
-from .kernels import KernelView
+from gpusessions.agent.collect import Collector, Reading, visible_uuids
+from gpusessions.agent.kernels import KernelView
 
 log = logging.getLogger("gpusessions.agent")
 NVML_RETRY_SECONDS = 30.0

@@ -10,10 +10,10 @@ import os
 import signal
 from urllib.parse import urlparse
 
-from .hub import HubAPI
-from .kube import ClusterSide
-from .policy import Policy, Rules
-from .service import Culler, make_app, run_forever
+from gpusessions.culler.hub import HubAPI
+from gpusessions.culler.kube import ClusterSide
+from gpusessions.culler.policy import Policy, Rules
+from gpusessions.culler.service import Culler, make_app, run_forever
 
 
 def _exit_now(sig: int) -> None:

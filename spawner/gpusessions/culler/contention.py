@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .model import Session
+from gpusessions.culler.model import Session
 
 
 def request_key(s: Session) -> str:

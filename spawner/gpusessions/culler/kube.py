@@ -9,8 +9,8 @@ from typing import Any
 from kubernetes_asyncio.client import ApiException
 from kubespawner.clients import load_config, shared_client
 
-from .. import labels as L
-from ..watch import Cache
+from gpusessions.core import labels as L
+from gpusessions.kube.watch import Cache
 
 Obj = dict[str, Any]
 CLAIMS = f"{L.MANAGED_BY}={L.MANAGER}"

@@ -6,8 +6,8 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import labels as L
-from ..claims import allocated_devices, allocated_node, allocation, describe_spec
+from gpusessions.core import labels as L
+from gpusessions.core.claims import allocated_devices, allocated_node, allocation, describe_spec
 
 Obj = dict[str, Any]
 KEEP_UNTIL = "gpusessions.io/keep-until"

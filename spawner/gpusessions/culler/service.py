@@ -23,12 +23,22 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
-from ..claims import AGENT_PORT
-from .contention import mark_contention
-from .hub import HubAPI
-from .kube import ClusterSide
-from .model import CULL_AT, CULL_REASON, KEEP_UNTIL, STOPPED_SINCE, WARNED_AT, Session, iso, join, parse_time
-from .policy import (
+from gpusessions.core.claims import AGENT_PORT
+from gpusessions.culler.contention import mark_contention
+from gpusessions.culler.hub import HubAPI
+from gpusessions.culler.kube import ClusterSide
+from gpusessions.culler.model import (
+    CULL_AT,
+    CULL_REASON,
+    KEEP_UNTIL,
+    STOPPED_SINCE,
+    WARNED_AT,
+    Session,
+    iso,
+    join,
+    parse_time,
+)
+from gpusessions.culler.policy import (
     CLEAR_STOPPED,
     CULL,
     MARK_STOPPED,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .handlers import setup_handlers
+from gpusessions.notebook.handlers import setup_handlers
 
 LABEXTENSION = "@gpusessions/notices"
 
@@ -31,7 +31,7 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 
 def _link_jupyter_server_extension(serverapp: Any) -> None:
-    from .kernels import link
+    from gpusessions.notebook.kernels import link
 
     link(serverapp)
 

@@ -81,7 +81,7 @@ class WarningsHandler(APIHandler):
 
     async def _kernel_notices(self) -> dict[str, Any]:
         """Kernels kept in the GPU holder, and any that were lost (holder restart, GPU released)."""
-        from .kernels import LOST_REASON, PersistentGatewayKernelManager
+        from gpusessions.notebook.kernels import LOST_REASON, PersistentGatewayKernelManager
 
         km = self.settings.get("kernel_manager")
         if not isinstance(km, PersistentGatewayKernelManager):

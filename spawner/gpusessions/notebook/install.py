@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import LABEXTENSION
+from gpusessions.notebook import LABEXTENSION
 
 SOURCE = Path(__file__).parent / "labextension"
 SERVER_CONFIG = {"ServerApp": {"jpserver_extensions": {"gpusessions.notebook": True}}}

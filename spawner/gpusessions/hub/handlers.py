@@ -10,7 +10,7 @@ button (templates/home.html) that calls it.
 
 Enable in jupyterhub_config.py:
 
-    from gpusessions.handlers import configure_hub
+    from gpusessions.hub.handlers import configure_hub
     configure_hub(c)
 """
 
@@ -24,7 +24,7 @@ from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
-from . import labels as L
+from gpusessions.core import labels as L
 
 TEMPLATES = str(Path(__file__).parent / "templates")
 
@@ -63,7 +63,7 @@ class ReleaseGPUHandler(APIHandler):
 
 def _my_claims(user_name: str) -> list[dict[str, Any]]:
     """This user's claims, from the hub's shared watch (no API call)."""
-    from .watch import cluster_view
+    from gpusessions.kube.watch import cluster_view
 
     view = cluster_view()
     return [
@@ -100,8 +100,8 @@ class WarningsHandler(APIHandler):
     """
 
     async def get(self, user_name: str) -> None:
-        from .culler.model import CULL_AT, CULL_REASON, KEEP_UNTIL, WARNED_AT
-        from .watch import cluster_view
+        from gpusessions.culler.model import CULL_AT, CULL_REASON, KEEP_UNTIL, WARNED_AT
+        from gpusessions.kube.watch import cluster_view
 
         server = self.get_argument("server", None)
         if server is None:
@@ -124,7 +124,7 @@ class WarningsHandler(APIHandler):
                         "reason": ann.get(CULL_REASON, ""),
                     }
                 )
-        from . import notices
+        from gpusessions.hub import notices
 
         self.set_header("Content-Type", "application/json")
         self.write(json.dumps({"warnings": out, "notices": notices.for_user(user_name, server)}))
@@ -136,8 +136,8 @@ class KeepHandler(APIHandler):
     async def post(self, user_name: str) -> None:
         import time
 
-        from .culler.model import CULL_AT, CULL_REASON, KEEP_UNTIL, WARNED_AT
-        from .kube import SessionAPI
+        from gpusessions.culler.model import CULL_AT, CULL_REASON, KEEP_UNTIL, WARNED_AT
+        from gpusessions.kube.api import SessionAPI
 
         server = self.get_argument("server", "")
         _authorize(self, "servers", user_name, server)
@@ -159,7 +159,7 @@ class KeepHandler(APIHandler):
 
 def handlers() -> list[tuple[str, Any]]:
     """Routes under the hub prefix (/hub/)."""
-    from .picker import AvailabilityHandler
+    from gpusessions.hub.picker import AvailabilityHandler
 
     return [
         (r"/api/gpusessions/availability", AvailabilityHandler),

@@ -14,12 +14,12 @@ import jinja2
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
-from . import labels as L
-from . import queues as Q
-from .availability import profile_figures
-from .claims import Alternative, GPURequest
-from .sizes import size_selectors
-from .watch import cluster_view
+from gpusessions.core import labels as L
+from gpusessions.core import queues as Q
+from gpusessions.core.availability import profile_figures
+from gpusessions.core.claims import Alternative, GPURequest
+from gpusessions.core.sizes import size_selectors
+from gpusessions.kube.watch import cluster_view
 
 Obj = dict[str, Any]
 _ENV = jinja2.Environment(

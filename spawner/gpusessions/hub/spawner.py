@@ -49,15 +49,15 @@ from traitlets import (
     validate,
 )
 
-from . import claims as C
-from . import kernels as K
-from . import labels as L
-from . import queues as Q
-from .kube import KubeError, SessionAPI
-from .options import InvalidOptions
-from .options import validate as validate_options
-from .session import Allocation, GPUSession, Refused, SessionNames
-from .sizes import size_selectors
+from gpusessions.core import claims as C
+from gpusessions.core import kernels as K
+from gpusessions.core import labels as L
+from gpusessions.core import queues as Q
+from gpusessions.core.options import InvalidOptions
+from gpusessions.core.options import validate as validate_options
+from gpusessions.core.sizes import size_selectors
+from gpusessions.hub.session import Allocation, GPUSession, Refused, SessionNames
+from gpusessions.kube.api import KubeError, SessionAPI
 
 SESSION_FILE_DIR = "/etc/gpusessions"
 SESSION_FILE = f"{SESSION_FILE_DIR}/session.json"
@@ -397,7 +397,7 @@ class GPUSessionSpawner(KubeSpawner):
 
     async def _claim_changed(self, namespace: str, name: str, seen: str | None, timeout: float) -> None:
         """Wait until the shared claim watch sees `namespace/name` change (at most `timeout`)."""
-        from .watch import cluster_view
+        from gpusessions.kube.watch import cluster_view
 
         claims = cluster_view().claims
         if claims.ready.is_set() and not claims.error:
@@ -430,7 +430,7 @@ class GPUSessionSpawner(KubeSpawner):
         return queue
 
     async def _team_figures(self, request: C.GPURequest) -> tuple[Any, Any] | None:
-        from .watch import cluster_view
+        from gpusessions.kube.watch import cluster_view
 
         view = cluster_view()
         if not await view.wait_ready(timeout=5) or view.errors:
@@ -541,7 +541,7 @@ class GPUSessionSpawner(KubeSpawner):
         return self._render_picker
 
     async def _render_picker(self, spawner: Any) -> str:
-        from .picker import figures_for, render_form
+        from gpusessions.hub.picker import figures_for, render_form
 
         profile_list = await self._profile_list_for_user()
         figures = await figures_for(self, profile_list)
@@ -617,8 +617,8 @@ class GPUSessionSpawner(KubeSpawner):
 
     async def _refuse_if_size_missing(self, request: C.GPURequest) -> None:
         """Refuse at once when no device of this size exists at all (not merely all in use)."""
-        from .availability import profile_figures
-        from .watch import cluster_view
+        from gpusessions.core.availability import profile_figures
+        from gpusessions.kube.watch import cluster_view
 
         try:
             view = cluster_view()
@@ -736,8 +736,8 @@ class GPUSessionSpawner(KubeSpawner):
         return status
 
     async def _check_holder(self) -> int | None:
-        from . import notices
-        from .watch import holder_watch
+        from gpusessions.hub import notices
+        from gpusessions.kube.watch import holder_watch
 
         n = self._names()
         # The shared watch answers the common case (the holder is fine) without an API call;

@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import claims as C
-from . import kernels as K
-from . import labels as L
-from . import progress as P
-from .kube import Conflict, SessionAPI
+from gpusessions.core import claims as C
+from gpusessions.core import kernels as K
+from gpusessions.core import labels as L
+from gpusessions.core import progress as P
+from gpusessions.kube.api import Conflict, SessionAPI
 
 Obj = dict[str, Any]
 

@@ -24,10 +24,10 @@ from typing import Any
 from kubernetes_asyncio import watch as k8s_watch
 from kubespawner.clients import load_config, shared_client
 
-from .availability import Inventory, allocated_devices, remaining_counters
+from gpusessions.core.availability import Inventory, allocated_devices, remaining_counters
 
 Obj = dict[str, Any]
-log = logging.getLogger("gpusessions.watch")
+log = logging.getLogger("gpusessions.kube.watch")
 
 
 def _key(obj: Obj) -> str:

@@ -22,9 +22,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .culler.hubconfig import configure_culler
-from .handlers import configure_hub
-from .sizes import DeviceMatch
+from gpusessions.core.sizes import DeviceMatch
+from gpusessions.culler.hubconfig import configure_culler
+from gpusessions.hub.handlers import configure_hub
 
 Obj = dict[str, Any]
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .claims import allocated_devices, allocated_node
+from gpusessions.core.claims import allocated_devices, allocated_node
 
 Obj = dict[str, Any]
 

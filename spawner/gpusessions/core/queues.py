@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from . import labels as L
-from .availability import Inventory, size_match
-from .claims import Alternative, GPURequest
+from gpusessions.core import labels as L
+from gpusessions.core.availability import Inventory, size_match
+from gpusessions.core.claims import Alternative, GPURequest
 
 Obj = dict[str, Any]
 EQUIVALENTS_ANNOTATION = "gpusessions.io/gpu-equivalents"

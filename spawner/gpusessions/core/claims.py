@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import labels as L
-from .kernels import KernelSettings, gateway_container, token_env
+from gpusessions.core import labels as L
+from gpusessions.core.kernels import KernelSettings, gateway_container, token_env
 
 Obj = dict[str, Any]
 REQUEST_NAME = "gpu"  # the request in the claim, and the claim's name in pod specs

@@ -13,7 +13,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import labels as L
+from gpusessions.core import labels as L
 
 Obj = dict[str, Any]
 KERNELS_CONTAINER = "kernels"

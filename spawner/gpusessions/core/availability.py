@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from .claims import GPURequest
-from .sizes import DeviceMatch, parse_cel, quantity
+from gpusessions.core.claims import GPURequest
+from gpusessions.core.sizes import DeviceMatch, parse_cel, quantity
 
 Obj = dict[str, Any]
 DeviceKey = tuple[str, str, str]  # driver, pool, device
