@@ -4,8 +4,9 @@
 
 It finds its devices through NVML (pynvml): the GPUs NVML sees in the container
 and, on a GPU in MIG mode, its MIG devices (the NVIDIA DRA driver's CDI injection
-sets NVIDIA_VISIBLE_DEVICES=void; UUIDs named there are used as they are), reads them and serves `/api/status` (JSON), `/metrics` (Prometheus text)
-and `/healthz`. NVML missing or failing is reported in the status, never a
+sets NVIDIA_VISIBLE_DEVICES=void; UUIDs named there are used as they are). It
+reads them and serves `/api/status` (JSON), `/metrics` (Prometheus text) and
+`/healthz`. NVML missing or failing is reported in the status, never a
 crash loop. With GPUSESSIONS_FAKE_NVML=<config.json> it uses the simulated
 NVML of `fakenvml` (the local cluster and tests).
 """
