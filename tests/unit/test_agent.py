@@ -186,3 +186,23 @@ def test_the_agent_reads_what_it_enumerated(nvml: Any) -> None:
     by_uuid = {r.uuid: r for r in state.readings}
     assert set(by_uuid) == {GPU, H100_MIG, A100_MIG} and state.problem is None
     assert by_uuid[H100_MIG].kind == "mig" and by_uuid[H100_MIG].processes == 1
+
+
+def test_gpu_check_prints_one_line_per_device(nvml: Any) -> None:
+    from gpusessions.agent import gpucheck
+
+    _load(nvml, {GPU: {"activity": 40, "memory_used_mib": 1024}})
+    rc, lines = gpucheck.check(nvml, None, 0)
+    assert rc == 0 and lines[0].startswith("gpu-check: 3 device(s)")
+    by_uuid = {ln.split()[0]: ln for ln in lines[1:]}
+    assert "memory 1.0/79.6 GiB" in by_uuid[GPU] and "utilization 40%" in by_uuid[GPU]
+    assert "GPM SM activity" in by_uuid[H100_MIG]
+    assert "activity unknown (NVML: NotSupported)" in by_uuid[A100_MIG]
+
+
+def test_gpu_check_without_a_gpu_is_one_line_and_fails(tmp_path: Path) -> None:
+    from gpusessions.agent import gpucheck
+
+    fakenvml.configure(str(tmp_path / "missing.json"))  # as NVML on a machine without the driver
+    rc, lines = gpucheck.check(fakenvml, None, 0)
+    assert rc == 1 and len(lines) == 1 and lines[0].startswith("gpu-check: no NVIDIA GPU here")
