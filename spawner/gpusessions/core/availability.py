@@ -308,7 +308,7 @@ def _greedy(
     return taken
 
 
-_MIG = re.compile(r"^(\d+)g\.(\d+)gb$")
+_MIG = re.compile(r"^(\d+)g\.(\d+)gb(\+[a-z.]+)?$")  # "+me": a profile with the media engines
 
 
 def compute_share(device: Obj | None, count: int) -> str:

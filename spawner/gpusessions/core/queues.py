@@ -24,7 +24,7 @@ from gpusessions.core.claims import Alternative, GPURequest
 
 Obj = dict[str, Any]
 EQUIVALENTS_ANNOTATION = "gpusessions.io/gpu-equivalents"
-_MIG = re.compile(r"^(\d+)g\.(\d+)gb$")
+_MIG = re.compile(r"^(\d+)g\.(\d+)gb(\+[a-z.]+)?$")  # "+me": a profile with the media engines
 
 
 async def resolve(setting: Any, spawner: Any, groups: Iterable[str], default: str = "") -> str | None:
