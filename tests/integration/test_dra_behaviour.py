@@ -3,7 +3,8 @@ kube-apiserver, kube-scheduler and resourceclaim controller of the devcluster.
 
 Each test would fail if Kubernetes behaved differently (see ../shared/facts.md).
 Runs on the `small` shape: gpu-node-0 with GPU 0 statically split into
-3g.40gb + 2g.20gb + 2 x 1g.10gb and GPU 1 whole; the dynamic MIG tests run on a
+3g.40gb + 2g.20gb + 2 x 1g.10gb, GPU 1 whole and GPU 2 split into 7 x 1g.10gb;
+the dynamic MIG tests run on a
 second cluster of shape `small-dynamic` (a cluster is static or dynamic MIG, as
 one NVIDIA driver install is): gpu-node-d with a partitionable H100 (GPU 0) and
 an A100 in MIG mode (GPU 1, partitions only).

@@ -189,7 +189,7 @@ def test_admin_view_shows_each_kernel_with_its_gpu_memory(
         assert code == 201, code
         kid = s["id"]
         pid = int(execute(hub.url, "alice", kid, hub.token, "import os; print(os.getpid())"))
-        gpu = process_env(api, namespace, "gpu-holder-alice", "kernels")["NVIDIA_VISIBLE_DEVICES"]
+        gpu = process_env(api, namespace, "gpu-holder-alice", "kernels")["DEVCLUSTER_CDI_DEVICES"]
         # NVML (simulated) reports the kernel's process holding 2 GiB on the session's device.
         load_file.write_text(json.dumps({gpu: {"activity": 50, "pids": {str(pid): 2048}}}))
 

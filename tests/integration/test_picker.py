@@ -131,7 +131,7 @@ def test_n_free_static_mig_means_n_allocate(hub: Hub, user_token: str, api: Kube
     f = figures(hub, user_token, api)
     assert f["mig-1g-10gb"]["state"] == "free"
     n = f["mig-1g-10gb"]["free"]
-    assert n == 2  # the 2 static 1g.10gb of GPU 0 (small is static MIG)
+    assert n == 9  # 2 static on GPU 0 + 7 static on GPU 2 (small is static MIG)
     _fill(api, namespace, "one", n, "mig.nvidia.com", ONE_G)
     _one_more_waits(api, namespace, "one-extra", "mig.nvidia.com", ONE_G)
     f = figures(hub, user_token, api)
@@ -185,8 +185,8 @@ def test_n_free_whole_gpus_means_n_allocate(hub: Hub, user_token: str, api: Kube
     _one_more_waits(api, namespace, "whole-extra", "gpu.nvidia.com", [])
     f = figures(hub, user_token, api)
     assert f["gpu"]["free"] == 0
-    # The whole GPU 1 is taken; GPU 0's two static 1g.10gb stay free.
-    assert f["mig-1g-10gb"]["free"] == 2
+    # The whole GPU 1 is taken; the 9 static 1g.10gb of GPUs 0 and 2 stay free.
+    assert f["mig-1g-10gb"]["free"] == 9
 
 
 @pytest.fixture

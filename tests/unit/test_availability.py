@@ -152,7 +152,7 @@ def test_profile_figures_states() -> None:
     assert cpu["state"] == "cpu"
     one = GPURequest("mig.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",))
     f = profile_figures({"slug": "s"}, one, inv, set(), CLASSES, left)
-    assert (f["state"], f["free"], f["total"], f["compute"]) == ("free", 2, 2, "1/7 of a GPU")
+    assert (f["state"], f["free"], f["total"], f["compute"]) == ("free", 9, 9, "1/7 of a GPU")
     custom = GPURequest(
         "mig.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].profile.startsWith('1g')",)
     )
@@ -229,7 +229,7 @@ def test_a_selector_that_fails_on_some_devices_is_shown_as_unknown() -> None:
     f = profile_figures({"slug": "s"}, GPURequest("gpu.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
     assert f["state"] == "unknown" and "fails with a CEL error on 1 device(s)" in f["note"]
     f = profile_figures({"slug": "s"}, GPURequest("mig.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
-    assert f["state"] == "unknown" and "on 4 device(s)" in f["note"]  # the 4 MIG devices of small
+    assert f["state"] == "unknown" and "on 11 device(s)" in f["note"]  # the 11 MIG devices of small
 
 
 def test_a_size_matching_gpus_of_different_memory_shows_the_range() -> None:

@@ -74,7 +74,7 @@ def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.Mo
         assert view.recounts == 0  # nobody looked yet: nothing is counted ahead of a view
 
         first = page_view(view)
-        assert first["mig-1g-10gb"]["free"] == 2  # small is static MIG now: 2 x 1g.10gb
+        assert first["mig-1g-10gb"]["free"] == 9
         assert len(counted) == 4  # the first view counts each of the four sizes once
 
         # A claim takes a 1g.10gb: the watch's change recounts the sizes views asked for.
@@ -86,7 +86,7 @@ def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.Mo
         assert view.recounts == 1 and len(counted) == 4
         counted.clear()
         after = page_view(view)
-        assert after["mig-1g-10gb"]["free"] == 1
+        assert after["mig-1g-10gb"]["free"] == 8
         assert counted == [], "the view after a change reads figures made by the recount"
 
         # Nobody has looked for a while: changes cost nothing until the next view.
@@ -95,7 +95,7 @@ def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.Mo
         view._changed()
         await asyncio.sleep(0.3)
         assert view.recounts == 1 and counted == [] and view.recent == {}
-        assert page_view(view)["mig-1g-10gb"]["free"] == 2
+        assert page_view(view)["mig-1g-10gb"]["free"] == 9
         view.stop()
 
     asyncio.run(run())

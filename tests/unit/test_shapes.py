@@ -54,7 +54,7 @@ def test_demo_shape_is_three_nodes_eight_gpus_mixed() -> None:
 
 def test_small_shape_is_one_node_two_gpus() -> None:
     shape = load_shape("small", SHAPES_DIR)
-    assert len(shape.nodes) == 1 and shape.gpu_count == 2
+    assert len(shape.nodes) == 1 and shape.gpu_count == 3
     assert load_shape("small-dynamic", SHAPES_DIR).gpu_count == 2
 
 
@@ -275,7 +275,7 @@ def test_dynamic_slices_are_one_of_counters_then_one_per_gpu() -> None:
 
 def test_static_and_whole_gpus_are_one_slice() -> None:
     [s] = build_slices(load_shape("small", SHAPES_DIR).nodes[0])
-    assert len(s["spec"]["devices"]) == 5
+    assert len(s["spec"]["devices"]) == 4 + 1 + 7
 
 
 @pytest.mark.parametrize(
