@@ -10,12 +10,13 @@ from gpusessions.core.availability import (
     Inventory,
     allocated_devices,
     count_free,
-    profile_figures,
     remaining_counters,
     selector_errors,
+    size_figures,
 )
 from gpusessions.core.claims import GPURequest
 from gpusessions.core.sizes import DeviceMatch, parse_cel, quantity, semver
+from gpusessions.hub.picker import compute_text
 from localcluster.paths import SHAPES_DIR
 from localcluster.shapes import build_slices, device_classes, load_shape
 
@@ -148,19 +149,19 @@ def test_several_devices_per_session_count_per_node() -> None:
 def test_profile_figures_states() -> None:
     inv = _inv()
     left = remaining_counters(inv, set())
-    cpu = profile_figures({"slug": "cpu"}, GPURequest(), inv, set(), CLASSES, left)
-    assert cpu["state"] == "cpu"
+    cpu = size_figures(GPURequest(), inv, set(), CLASSES, left)
+    assert cpu.state == "cpu"
     one = GPURequest("mig.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",))
-    f = profile_figures({"slug": "s"}, one, inv, set(), CLASSES, left)
-    assert (f["state"], f["free"], f["total"], f["compute"]) == ("free", 9, 9, "1/7 of a GPU")
+    f = size_figures(one, inv, set(), CLASSES, left)
+    assert (f.state, f.free, f.total, compute_text(f)) == ("free", 9, 9, "1/7 of a GPU")
     custom = GPURequest(
         "mig.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].profile.startsWith('1g')",)
     )
-    assert profile_figures({"slug": "s"}, custom, inv, set(), CLASSES, left)["state"] == "unknown"
+    assert size_figures(custom, inv, set(), CLASSES, left).state == "unknown"
     missing = GPURequest("tpu.example.com")
-    assert profile_figures({"slug": "s"}, missing, inv, set(), CLASSES, left)["state"] == "not-offered"
+    assert size_figures(missing, inv, set(), CLASSES, left).state == "not-offered"
     contradictory = GPURequest("gpu.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].type == 'mig'",))
-    assert profile_figures({"slug": "s"}, contradictory, inv, set(), CLASSES, left)["state"] == "not-offered"
+    assert size_figures(contradictory, inv, set(), CLASSES, left).state == "not-offered"
 
 
 def test_semver_precedence() -> None:
@@ -219,17 +220,17 @@ def test_a_selector_that_fails_on_some_devices_is_shown_as_unknown() -> None:
 
     # The gpu.nvidia.com class lets the whole GPU through; `profile == '1g.10gb'` then fails on it.
     sel = ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",)
-    f = profile_figures({"slug": "s"}, GPURequest("gpu.nvidia.com", 1, sel), inv, set(), CLASSES, left)
-    assert f["state"] == "unknown" and "fails with a CEL error on 1 device(s)" in f["note"]
+    f = size_figures(GPURequest("gpu.nvidia.com", 1, sel), inv, set(), CLASSES, left)
+    assert f.state == "unknown" and "fails with a CEL error on 1 device(s)" in (f.note or "")
     assert selector_errors(inv, [profile]) == 1
     # On the mig.nvidia.com class, the class's `type == 'mig'` is false on the whole GPU first.
-    f = profile_figures({"slug": "s"}, GPURequest("mig.nvidia.com", 1, sel), inv, set(), CLASSES, left)
-    assert f["state"] == "free"
+    f = size_figures(GPURequest("mig.nvidia.com", 1, sel), inv, set(), CLASSES, left)
+    assert f.state == "free"
     sel_eq = ("device.attributes['gpu.nvidia.com'].driverVersion == '580.95.5'",)
-    f = profile_figures({"slug": "s"}, GPURequest("gpu.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
-    assert f["state"] == "unknown" and "fails with a CEL error on 1 device(s)" in f["note"]
-    f = profile_figures({"slug": "s"}, GPURequest("mig.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
-    assert f["state"] == "unknown" and "on 11 device(s)" in f["note"]  # the 11 MIG devices of small
+    f = size_figures(GPURequest("gpu.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
+    assert f.state == "unknown" and "fails with a CEL error on 1 device(s)" in (f.note or "")
+    f = size_figures(GPURequest("mig.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
+    assert f.state == "unknown" and "on 11 device(s)" in (f.note or "")  # the 11 MIG devices of small
 
 
 def test_a_size_matching_gpus_of_different_memory_shows_the_range() -> None:
@@ -241,12 +242,30 @@ def test_a_size_matching_gpus_of_different_memory_shows_the_range() -> None:
     inv = _inv("demo-dynamic")
     left = remaining_counters(inv, set())
     whole = GPURequest("gpu.nvidia.com", 1, ())
-    f = profile_figures({"slug": "gpu"}, whole, inv, set(), CLASSES, left)
-    assert (f["memory"], f["memory_max"]) == (81152 * 2**20, 81920 * 2**20)
-    assert memory_text(f["memory"], f["memory_max"]) == "79.2-80.0 GiB"
+    f = size_figures(whole, inv, set(), CLASSES, left)
+    assert (f.memory, f.memory_max) == (81152 * 2**20, 81920 * 2**20)
+    assert memory_text(f.memory, f.memory_max) == "79.2-80.0 GiB"
     a100 = GPURequest(
         "gpu.nvidia.com", 2, ("device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-80GB'",)
     )
-    f = profile_figures({"slug": "a100x2"}, a100, inv, set(), CLASSES, left)
-    assert f["memory"] == f["memory_max"] == 2 * 81920 * 2**20
-    assert memory_text(f["memory"], f["memory_max"]) == "160.0 GiB"
+    f = size_figures(a100, inv, set(), CLASSES, left)
+    assert f.memory == f.memory_max == 2 * 81920 * 2**20
+    assert memory_text(f.memory, f.memory_max) == "160.0 GiB"
+
+
+def test_semver_is_semver_2_exactly() -> None:
+    """What Kubernetes' CEL semver() refuses is refused here too (leading zeros in a numeric
+    pre-release identifier, empty identifiers, whitespace); build metadata never counts."""
+    for bad in ("1.2.3-01", "1.2.3-a..b", "1.2.3+", " 1.2.3", "1.2.3\n", "1.2.3-a_b", "1.2"):
+        with pytest.raises(ValueError, match="not a semantic version"):
+            semver(bad)
+    assert semver("1.2.3-0a") < semver("1.2.3") and semver("1.0.0-2") < semver("1.0.0-11")
+    assert semver("1.0.0+b.01") == semver("1.0.0+a")
+
+
+def test_quantity_is_the_apimachinery_grammar() -> None:
+    assert quantity("9984Mi") == 9984 * 2**20 and quantity("100m") * 10 == 1 and quantity("1.5G") == 1.5e9
+    assert quantity("1e3") == 1000 and quantity(7) == 7
+    for bad in ("NaN", "Infinity", "1_000", "2K", "1mi", "", "Gi"):
+        with pytest.raises(ValueError, match="not a quantity"):
+            quantity(bad)

@@ -170,9 +170,9 @@ def test_a_partitionable_gpu_is_not_cut() -> None:
 
 def test_me_profiles_count_as_their_slice() -> None:
     """`1g.10gb+me` (dynamic MIG publishes it) is 1/7 of a GPU, in the picker and in KAI quota."""
-    from gpusessions.core.availability import compute_share
     from gpusessions.core.queues import device_equivalent
+    from gpusessions.core.sizes import mig_slices
 
     me = {"attributes": {"type": {"string": "mig"}, "profile": {"string": "1g.10gb+me"}}}
-    assert compute_share(me, 1) == "1/7 of a GPU"
+    assert mig_slices(me) == 1
     assert device_equivalent(me) * 7 == 1
