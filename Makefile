@@ -9,7 +9,7 @@ CACHE := .cache
 SHAPE ?= demo
 export PYTHONPATH := $(CURDIR)/devcluster
 
-.PHONY: help venv node-deps browser-deps devcluster-build helm-build cluster cluster-down cluster-status lint unit test fuzz bench demo demo-down clean
+.PHONY: gpu-check help venv node-deps browser-deps devcluster-build helm-build cluster cluster-down cluster-status lint unit test fuzz bench demo demo-down clean
 
 help:
 	@echo "make demo          start the local simulated GPU cluster and JupyterHub, print the URL"
@@ -18,6 +18,7 @@ help:
 	@echo "make cluster SHAPE=<name>   start only the local cluster (shapes: devcluster/shapes/)"
 	@echo "make cluster-down  stop the local cluster"
 	@echo "make fuzz SEED=<n> OPS=<n>   the lifecycle fuzzer alone (tests/fuzz/lifecycle.py)"
+	@echo "make gpu-check     the GPU agent on this machine's real NVML (needs an NVIDIA GPU)"
 	@echo "make bench         every benchmark (tests/bench/bench_*.py); writes docs/benchmarks.json"
 
 # --- Python virtual environment (.venv) -------------------------------------
@@ -91,6 +92,11 @@ test: venv node-deps browser-deps devcluster-build helm-build lint
 	@set +e; $(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "gpusessions: no tests were collected: that is a failure" >&2; exit 1; fi; \
 	exit $$rc
+
+# The agent on this machine's real NVML (read-only); one line and exit 1 without an NVIDIA GPU.
+gpu-check: venv
+	@$(BIN)/python -m gpusessions.agent.gpucheck
+	@$(BIN)/python -m pytest -m gpu tests/gpu -q
 
 # Lifecycle fuzzer alone: make fuzz SEED=<n> OPS=<n> [USERS=<n>] (tests/fuzz/lifecycle.py)
 SEED ?= 1

@@ -18,6 +18,7 @@ from localcluster.shapes import Shape, load_shape
 from localcluster.testing import namespace_name
 
 TEST_SHAPE = os.environ.get("DEVCLUSTER_TEST_SHAPE", "small")
+DYNAMIC_SHAPE = "small-dynamic"
 
 
 @dataclass
@@ -58,9 +59,46 @@ def api(cluster: Cluster) -> KubeAPI:
     return cluster.api
 
 
+@pytest.fixture(scope="session")
+def dynamic_cluster(cluster: Cluster) -> Iterator[Cluster]:
+    """A second local cluster with the driver's DynamicMIG gate on (shape small-dynamic): one
+    NVIDIA driver install is either static or dynamic MIG, so a cluster is too. It runs beside
+    the test cluster, on its port base + 100 and in a folder of its own."""
+    from urllib.parse import urlparse
+
+    root = cluster.paths.root
+    paths = ClusterPaths(root.with_name(root.name + "-dynamic"), bin_dir=cluster.paths.bin)
+    base = (urlparse(cluster.state.server).port or lc.DEFAULT_PORT_BASE) + 100
+    started = not lc.healthy(paths)
+    try:
+        state = lc.up(DYNAMIC_SHAPE, base, paths)
+    except lc.ClusterError as e:
+        pytest.fail(f"the dynamic-MIG local cluster is not available: {e}", pytrace=False)
+    yield Cluster(
+        paths, state, KubeAPI.from_kubeconfig(paths.kubeconfig), load_shape(DYNAMIC_SHAPE, SHAPES_DIR)
+    )
+    if started and not os.environ.get("DEVCLUSTER_KEEP"):
+        lc.down(paths)
+
+
+@pytest.fixture
+def dynamic_api(dynamic_cluster: Cluster) -> KubeAPI:
+    return dynamic_cluster.api
+
+
+@pytest.fixture
+def dynamic_namespace(request: pytest.FixtureRequest, dynamic_cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace on the dynamic-MIG cluster, cleaned up as `namespace` is."""
+    yield from _fresh_namespace(request, dynamic_cluster)
+
+
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[str]:
     """A fresh namespace, deleted (and waited for) after the test, so devices are free again."""
+    yield from _fresh_namespace(request, cluster)
+
+
+def _fresh_namespace(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[str]:
     name = namespace_name(request.node.name)
     cluster.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name

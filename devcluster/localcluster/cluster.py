@@ -27,9 +27,10 @@ from typing import Any
 from . import components, kai, procs
 from .certs import PKI, ensure_pki
 from .components import Ports
+from .fakedriver import node_slices
 from .kubeapi import KubeAPI
 from .paths import SHAPES_DIR, ClusterPaths
-from .shapes import Shape, build_slices, load_shape
+from .shapes import Shape, load_shape
 
 DEFAULT_PORT_BASE = 16443
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", *kai.COMPONENTS, "runtime")
@@ -297,10 +298,9 @@ def _nodes_published(api: KubeAPI, shape: Shape) -> bool:
         }
         if not {n.name for n in shape.nodes} <= ready:
             return False
-        want = sum(len(build_slices(n)) for n in shape.nodes)
-        have = len(
-            api.list("ResourceSlice", label_selector="app.kubernetes.io/managed-by=devcluster")["items"]
-        )
+        want = sum(len(node_slices(n)) for n in shape.nodes)
+        names = {n.name for n in shape.nodes}
+        have = sum(1 for s in api.list("ResourceSlice")["items"] if s["spec"].get("nodeName") in names)
         return have >= want
     except Exception:
         return False

@@ -50,6 +50,7 @@ class GPUModel:
     memory_slices: int
     compute_slices: int
     mig_profiles: tuple[MigProfile, ...] = field(default_factory=tuple)
+    addressing_mode: str = "None"  # NVML's addressing mode: None, HMM or ATS
 
     def profile(self, name: str) -> MigProfile:
         for p in self.mig_profiles:
@@ -62,6 +63,20 @@ class GPUModel:
     def largest_profile(self) -> MigProfile:
         return max(self.mig_profiles, key=lambda p: p.memory_slices * 100 + p.compute_slices)
 
+    def max_capacities(self) -> dict[str, int]:
+        """Each capacity's largest value over all profiles: what the driver announces as the
+        full GPU's capacity (and counters) in dynamic MIG mode."""
+        out: dict[str, int] = {}
+        for p in self.mig_profiles:
+            for k, v in p.capacities().items():
+                out[k] = max(out.get(k, 0), v)
+        return out
+
+    @property
+    def toggles_mig_without_reset(self) -> bool:
+        """Hopper and newer switch MIG mode without a GPU reset; Ampere does not."""
+        return self.architecture not in ("Ampere",)
+
 
 _H100_PROFILES = (
     MigProfile("1g.10gb", 19, 9984, 16, 1, 1, 0, 1, 0, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
@@ -70,6 +85,8 @@ _H100_PROFILES = (
     MigProfile("3g.40gb", 9, 40448, 60, 3, 3, 0, 3, 0, 3, 4, (0, 4)),
     MigProfile("4g.40gb", 5, 40448, 64, 4, 4, 0, 4, 0, 4, 4, (0,)),
     MigProfile("7g.80gb", 0, 81152, 132, 8, 7, 0, 7, 1, 7, 8, (0,)),
+    # "+me": the 1-slice profile with all media engines (at most one per GPU).
+    MigProfile("1g.10gb+me", 20, 9984, 16, 1, 7, 0, 7, 1, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
 )
 
 _A100_PROFILES = (
@@ -79,6 +96,7 @@ _A100_PROFILES = (
     MigProfile("3g.40gb", 9, 40192, 42, 3, 2, 0, 0, 0, 3, 4, (0, 4)),
     MigProfile("4g.40gb", 5, 40192, 56, 4, 2, 0, 0, 0, 4, 4, (0,)),
     MigProfile("7g.80gb", 0, 80896, 98, 7, 5, 0, 1, 1, 7, 8, (0,)),
+    MigProfile("1g.10gb+me", 20, 9728, 14, 1, 1, 0, 1, 1, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
 )
 
 MODELS: dict[str, GPUModel] = {
@@ -92,6 +110,7 @@ MODELS: dict[str, GPUModel] = {
         memory_slices=8,
         compute_slices=7,
         mig_profiles=_H100_PROFILES,
+        addressing_mode="HMM",
     ),
     "A100-80GB": GPUModel(
         key="A100-80GB",
@@ -108,6 +127,8 @@ MODELS: dict[str, GPUModel] = {
 
 DRIVER_VERSION = "580.95.5"
 CUDA_DRIVER_VERSION = "13.0.0"
+# The DRA driver release whose slices the simulation follows.
+DRA_DRIVER_RELEASE = "25.12.0"
 
 
 def model(key: str) -> GPUModel:

@@ -8,11 +8,12 @@ runtime reports. Nothing here talks to the API or starts processes.
 from __future__ import annotations
 
 import base64
+import datetime
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 Obj = dict[str, Any]
 
@@ -263,3 +264,108 @@ def map_paths(values: list[str], mounts: dict[str, str]) -> list[str]:
                 break
         out.append(v)
     return out
+
+
+# -- the status a kubelet reports ----------------------------------------------
+class ContainerState(Protocol):
+    """What the runtime knows of one container (localcluster.kubelet.Container)."""
+
+    name: str
+    restart_count: int
+    started_at: str | None
+    terminated: Obj | None
+    last_terminated: Obj | None
+    waiting_reason: str | None
+    waiting_message: str | None
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+
+def _now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def container_status(spec: Obj, cont: ContainerState, pod_uid: str) -> Obj:
+    """A container's status as a kubelet reports it."""
+    st: Obj = {
+        "name": cont.name,
+        "image": spec.get("image", ""),
+        "imageID": "devcluster://" + spec.get("image", ""),
+        "containerID": f"devcluster://{pod_uid}/{cont.name}",
+        "restartCount": cont.restart_count,
+        "ready": cont.ready,
+        "started": cont.running,
+    }
+    if cont.running:
+        st["state"] = {"running": {"startedAt": cont.started_at}}
+    elif cont.terminated:
+        st["state"] = {"terminated": cont.terminated}
+    else:
+        st["state"] = {
+            "waiting": {
+                "reason": cont.waiting_reason or "ContainerCreating",
+                "message": cont.waiting_message or "",
+            }
+        }
+    if cont.last_terminated:
+        st["lastState"] = {"terminated": cont.last_terminated}
+    return st
+
+
+def pod_status(
+    pod: Obj, containers: Mapping[str, ContainerState], uid: str, ip: str, host_ip: str, start_time: str
+) -> Obj:
+    """The pod's status as a kubelet reports it: phase, IPs, conditions, container statuses."""
+    specs = {c["name"]: c for c in pod["spec"]["containers"]}
+    statuses = [container_status(specs[n], c, uid) for n, c in containers.items()]
+    ready = all(s["ready"] for s in statuses)
+    done = [c.terminated for c in containers.values() if c.terminated]
+    phase = "Running"
+    if len(done) == len(containers):
+        phase = "Succeeded" if all(t["exitCode"] == 0 for t in done) else "Failed"
+    ts = _now_iso()
+
+    def cond(t: str, ok: bool) -> Obj:
+        return {"type": t, "status": "True" if ok else "False", "lastTransitionTime": ts}
+
+    init = [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "devcluster://" + c.get("image", ""),
+            "ready": True,
+            "restartCount": 0,
+            "state": {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": start_time,
+                    "finishedAt": start_time,
+                }
+            },
+        }
+        for c in pod["spec"].get("initContainers") or []
+    ]
+    status: Obj = {
+        "phase": phase,
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "startTime": start_time,
+        "conditions": [
+            cond("PodReadyToStartContainers", True),
+            cond("Initialized", True),
+            cond("Ready", ready and phase == "Running"),
+            cond("ContainersReady", ready and phase == "Running"),
+            cond("PodScheduled", True),
+        ],
+        "containerStatuses": statuses,
+    }
+    if init:
+        status["initContainerStatuses"] = init
+    return status

@@ -1,16 +1,30 @@
 """Cluster shapes: YAML -> simulated Nodes and NVIDIA-style ResourceSlices.
 
-Pure functions only: nothing here talks to the API. The slices mirror what the
-NVIDIA DRA driver (gpu.nvidia.com) publishes: one pool per node, whole GPUs as
-`gpu-<minor>`, MIG devices as `gpu-<minor>-mig-<profile>-<profileID>-<start>`,
-and for partitionable GPUs (dynamic MIG) one counter set per GPU named
-`gpu-<minor>-counter-set` from which every profile/placement device and the
-full GPU consume (Kubernetes 1.35: counters and devices in separate slices of
-the same pool).
+Pure functions only: nothing here talks to the API. The slices follow what the
+NVIDIA DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu, release 25.12) publishes
+on Kubernetes 1.35, point by point from ../shared/real-slices/README.md:
+
+- one pool per node; slice names from `generateName` (`<node>-gpu.nvidia.com-<5 random>`),
+  owned by the Node (the owner is added when publishing: it needs the Node's uid);
+- attributes `type`, `uuid`, `productName`, `brand`, `architecture`,
+  `cudaComputeCapability`, `driverVersion`, `cudaDriverVersion` (versions),
+  `addressingMode`, `resource.kubernetes.io/pciBusID` and `resource.kubernetes.io/pcieRoot`;
+- whole GPUs `gpu-<minor>`; MIG devices `gpu-<minor>-mig-<profile without dots>-<GI profile
+  id>-<placement start>` (`+me` becomes `-me`);
+- static MIG (a fixed layout): the MIG devices with their `uuid` and `memorySlice<N>`
+  capacities, and no whole device for their parent; all devices in one slice;
+- dynamic MIG (the driver-wide DynamicMIG gate): every profile (`+me` included) at every
+  placement, without `uuid`, consuming from one counter set per GPU
+  (`gpu-<minor>-counter-set`); the whole GPU too, except on Ampere with MIG mode on; one slice
+  with all counter sets, then one slice per GPU;
+- a `compute-domain.nvidia.com` slice per GPU node (`channel-0`, `daemon-0`).
+
+One driver install is either static or dynamic MIG: a shape that mixes them is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -23,13 +37,12 @@ from . import gpumodels
 from .gpumodels import GPUModel, MigProfile
 
 DRIVER = "gpu.nvidia.com"
+CD_DRIVER = "compute-domain.nvidia.com"
 NODE_LABEL = "devcluster.gpusessions.io/node"
 K8S_VERSION = "v1.35.4"
 _UUID_NS = uuid.UUID("6f1d3c52-0b7e-4f55-9a59-3c1f0d2f7a10")
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_MAX_DEVICES_PER_SLICE = 128
-_MAX_COUNTER_DEVICES_PER_SLICE = 64
-_MAX_COUNTER_SETS_PER_SLICE = 8
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what the apiserver's generateName uses
 
 Obj = dict[str, Any]
 
@@ -74,6 +87,11 @@ class Shape:
     nodes: tuple[NodeSpec, ...]
 
     @property
+    def mig_mode(self) -> str:
+        """The driver install's MIG mode: "dynamic" (DynamicMIG on) or "static"."""
+        return "dynamic" if any(g.mode == "dynamic" for n in self.nodes for g in n.gpus) else "static"
+
+    @property
     def gpu_count(self) -> int:
         return sum(len(n.gpus) for n in self.nodes)
 
@@ -88,7 +106,8 @@ def mig_uuid(parent_uuid: str, profile: str, start: int) -> str:
 
 
 def mig_device_name(minor: int, profile: MigProfile, start: int) -> str:
-    return f"gpu-{minor}-mig-{profile.name.replace('.', '')}-{profile.profile_id}-{start}"
+    name = re.sub(r"[^a-z0-9-]", "-", profile.name.replace(".", "").lower()).strip("-")
+    return f"gpu-{minor}-mig-{name}-{profile.profile_id}-{start}"
 
 
 def counter_set_name(minor: int) -> str:
@@ -185,7 +204,29 @@ def parse_shape(name: str, data: Any) -> Shape:
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         raise ShapeError(f"shape {name}: node names are not unique")
+    _check_one_mig_mode(name, nodes)
     return Shape(name=name, description=str(data.get("description", "")), nodes=tuple(nodes))
+
+
+def _check_one_mig_mode(name: str, nodes: list[NodeSpec]) -> None:
+    """One driver install is static or dynamic MIG (DynamicMIG is driver-wide, and with it on the
+    driver destroys MIG devices it did not create); with it on, Hopper GPUs are always offered as
+    partitions too."""
+    where = {m: f"{n.name} gpu {g.minor}" for n in nodes for g in n.gpus for m in (g.mode,)}
+    if "static" in where and "dynamic" in where:
+        raise ShapeError(
+            f"shape {name} mixes static MIG ({where['static']}) and dynamic MIG ({where['dynamic']}): "
+            "one NVIDIA driver install is either, so make two shapes"
+        )
+    if "dynamic" in where:
+        for n in nodes:
+            for g in n.gpus:
+                if g.mode == "none" and g.model.toggles_mig_without_reset:
+                    raise ShapeError(
+                        f"shape {name}: {n.name} gpu {g.minor} ({g.model.key}) has mig: none, but with "
+                        "dynamic MIG the driver offers every Hopper or newer GPU as partitions too: "
+                        "write mig: dynamic"
+                    )
 
 
 def load_shape(name_or_path: str, shapes_dir: Path) -> Shape:
@@ -294,8 +335,14 @@ def _parent_attrs(node: NodeSpec, gpu: GPU) -> Obj:
         "cudaComputeCapability": {"version": m.cuda_compute_capability},
         "driverVersion": {"version": gpumodels.DRIVER_VERSION},
         "cudaDriverVersion": {"version": gpumodels.CUDA_DRIVER_VERSION},
-        "pcieBusID": _s(f"0000:{0x18 + gpu.minor * 0x10:02x}:00.0"),
+        "addressingMode": _s(m.addressing_mode),
+        "resource.kubernetes.io/pciBusID": _s(f"0000:{_bus(node, gpu)}:00.0"),
+        "resource.kubernetes.io/pcieRoot": _s(f"pci0000:{_bus(node, gpu)}"),
     }
+
+
+def _bus(node: NodeSpec, gpu: GPU) -> str:
+    return f"{0x18 + gpu.minor * 0x10:02x}"
 
 
 def _whole_gpu_device(node: NodeSpec, gpu: GPU) -> Obj:
@@ -304,7 +351,7 @@ def _whole_gpu_device(node: NodeSpec, gpu: GPU) -> Obj:
     if gpu.mode == "dynamic":
         # The full GPU of a partitionable GPU consumes every counter, so that
         # any MIG device on it makes the full device unavailable and back.
-        caps = gpu.model.largest_profile.capacities()
+        caps = gpu.model.max_capacities()
         dev["capacity"] = _capacity(caps)
         dev["consumesCounters"] = [
             {
@@ -332,7 +379,11 @@ def _mig_device(node: NodeSpec, gpu: GPU, profile: MigProfile, start: int, stati
         "attributes": attrs,
         "capacity": _capacity(profile.capacities()),
     }
-    if not static:
+    if static:
+        # The memory slices this instance uses, one capacity each (static MIG only).
+        for i in range(start, start + profile.memory_slices):
+            dev["capacity"][f"memorySlice{i}"] = {"value": "1"}
+    else:
         dev["consumesCounters"] = [
             {
                 "counterSet": counter_set_name(gpu.minor),
@@ -342,57 +393,88 @@ def _mig_device(node: NodeSpec, gpu: GPU, profile: MigProfile, start: int, stati
     return dev
 
 
+def gpu_devices(node: NodeSpec, gpu: GPU) -> tuple[list[Obj], list[Obj]]:
+    """(devices, counter sets) the driver advertises for one GPU."""
+    if gpu.mode == "none":
+        return [_whole_gpu_device(node, gpu)], []
+    if gpu.mode == "static":
+        return [_mig_device(node, gpu, m.profile, m.start, static=True) for m in gpu.layout], []
+    caps = gpu.model.max_capacities()
+    counter_set = {
+        "name": counter_set_name(gpu.minor),
+        "counters": _counters(caps, 0, gpu.model.memory_slices),
+    }
+    devices = [
+        _mig_device(node, gpu, p, s, static=False) for p in gpu.model.mig_profiles for s in p.placements
+    ]
+    if gpu.model.toggles_mig_without_reset:
+        # Ampere with MIG mode on offers only partitions: MIG mode cannot change without a reset.
+        devices.append(_whole_gpu_device(node, gpu))
+    return sorted(devices, key=lambda d: d["name"]), [counter_set]
+
+
 def node_devices(node: NodeSpec) -> tuple[list[Obj], list[Obj]]:
     """(devices, counter sets) the driver advertises for one node."""
     devices: list[Obj] = []
     counter_sets: list[Obj] = []
     for gpu in node.gpus:
-        if gpu.mode == "none":
-            devices.append(_whole_gpu_device(node, gpu))
-        elif gpu.mode == "static":
-            devices += [_mig_device(node, gpu, m.profile, m.start, static=True) for m in gpu.layout]
-        else:
-            caps = gpu.model.largest_profile.capacities()
-            counter_sets.append(
-                {"name": counter_set_name(gpu.minor), "counters": _counters(caps, 0, gpu.model.memory_slices)}
-            )
-            devices.append(_whole_gpu_device(node, gpu))
-            for p in gpu.model.mig_profiles:
-                devices += [_mig_device(node, gpu, p, s, static=False) for s in p.placements]
+        d, c = gpu_devices(node, gpu)
+        devices += d
+        counter_sets += c
     return devices, counter_sets
 
 
-def _chunks(items: list[Obj], size: int) -> list[list[Obj]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
+def slice_name(node: str, driver: str, index: int) -> str:
+    """A name as the apiserver makes one from `<node>-<driver>-`: five random characters
+    (derived from the node, driver and index here, so that republishing finds its slices)."""
+    digest = hashlib.sha256(f"{node}/{driver}/{index}".encode()).digest()
+    suffix = "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:5])
+    return f"{node}-{driver}-{suffix}"
 
 
-def build_slices(node: NodeSpec, generation: int = 1) -> list[Obj]:
-    """The ResourceSlices of one node's pool (empty for a node without GPUs)."""
-    devices, counter_sets = node_devices(node)
-    if not devices:
+def _slice(node: NodeSpec, driver: str, index: int, count: int, extra: Obj, owner_uid: str | None) -> Obj:
+    md: Obj = {"generateName": f"{node.name}-{driver}-", "name": slice_name(node.name, driver, index)}
+    if owner_uid:
+        md["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": owner_uid, "controller": True}
+        ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": md,
+        "spec": {
+            "driver": driver,
+            "nodeName": node.name,
+            "pool": {"name": node.name, "generation": 1, "resourceSliceCount": count},
+            **extra,
+        },
+    }
+
+
+def build_slices(node: NodeSpec, owner_uid: str | None = None) -> list[Obj]:
+    """The gpu.nvidia.com ResourceSlices of one node's pool (empty for a node without GPUs):
+    static MIG and whole GPUs in one slice; with dynamic MIG (Kubernetes 1.35's split form) one
+    slice with every counter set, then one slice per GPU."""
+    if not node.gpus:
         return []
-    per_slice = _MAX_COUNTER_DEVICES_PER_SLICE if counter_sets else _MAX_DEVICES_PER_SLICE
-    specs: list[Obj] = [{"sharedCounters": cs} for cs in _chunks(counter_sets, _MAX_COUNTER_SETS_PER_SLICE)]
-    specs += [{"devices": d} for d in _chunks(devices, per_slice)]
-    slices = []
-    for i, extra in enumerate(specs):
-        slices.append(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
-                "metadata": {
-                    "name": f"{node.name}-{DRIVER}-{i}",
-                    "labels": {NODE_LABEL: node.name, "app.kubernetes.io/managed-by": "devcluster"},
-                },
-                "spec": {
-                    "driver": DRIVER,
-                    "nodeName": node.name,
-                    "pool": {"name": node.name, "generation": generation, "resourceSliceCount": len(specs)},
-                    **extra,
-                },
-            }
-        )
-    return slices
+    if all(g.mode != "dynamic" for g in node.gpus):
+        devices, _ = node_devices(node)
+        return [_slice(node, DRIVER, 0, 1, {"devices": devices}, owner_uid)]
+    per_gpu = [gpu_devices(node, g) for g in node.gpus]
+    specs: list[Obj] = [{"sharedCounters": [c for _, cs in per_gpu for c in cs]}]
+    specs += [{"devices": d} for d, _ in per_gpu]
+    return [_slice(node, DRIVER, i, len(specs), extra, owner_uid) for i, extra in enumerate(specs)]
+
+
+def compute_domain_slices(node: NodeSpec, owner_uid: str | None = None) -> list[Obj]:
+    """The compute-domain.nvidia.com slice the driver's second plugin publishes on a GPU node."""
+    if not node.gpus:
+        return []
+    devices = [
+        {"name": f"{t}-0", "attributes": {"type": {"string": t}, "id": {"int": 0}}}
+        for t in ("channel", "daemon")
+    ]
+    return [_slice(node, CD_DRIVER, 0, 1, {"devices": devices}, owner_uid)]
 
 
 def device_uuids(shape: Shape) -> dict[tuple[str, str], str]:
@@ -420,23 +502,32 @@ def device_uuids(shape: Shape) -> dict[tuple[str, str], str]:
 
 
 def device_classes() -> list[Obj]:
-    """The DeviceClasses the NVIDIA driver's chart installs for GPUs and MIG devices."""
+    """The DeviceClasses the NVIDIA driver's chart installs (25.12): gpu, mig, vfio and the two
+    compute-domain classes. `extendedResourceName` needs DRAExtendedResource (alpha in 1.35, beta
+    in 1.36); an apiserver without the gate drops the field."""
 
-    def dc(name: str, dtype: str) -> Obj:
+    def dc(name: str, expression: str, extended: str | None = None) -> Obj:
+        spec: Obj = {"selectors": [{"cel": {"expression": expression}}]}
+        if extended:
+            spec["extendedResourceName"] = extended
         return {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "DeviceClass",
             "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "devcluster"}},
-            "spec": {
-                "selectors": [
-                    {
-                        "cel": {
-                            "expression": f"device.driver == '{DRIVER}' && "
-                            f"device.attributes['{DRIVER}'].type == '{dtype}'"
-                        }
-                    }
-                ]
-            },
+            "spec": spec,
         }
 
-    return [dc("gpu.nvidia.com", "gpu"), dc("mig.nvidia.com", "mig")]
+    def gpu_type(t: str) -> str:
+        return f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{t}'"
+
+    cd = f"device.driver == '{CD_DRIVER}' && device.attributes['{CD_DRIVER}'].type == "
+    return [
+        dc("gpu.nvidia.com", gpu_type("gpu"), "nvidia.com/gpu"),
+        dc("mig.nvidia.com", gpu_type("mig")),
+        dc("vfio.gpu.nvidia.com", gpu_type("vfio")),
+        dc("compute-domain-daemon.nvidia.com", cd + "'daemon'"),
+        dc(
+            "compute-domain-default-channel.nvidia.com",
+            cd + f"'channel' && device.attributes['{CD_DRIVER}'].id == 0",
+        ),
+    ]

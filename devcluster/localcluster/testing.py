@@ -11,7 +11,12 @@ from .paths import ClusterPaths
 
 EXEC_IMAGE = "localcluster/exec"
 # Prints the devices it sees, then waits to be stopped.
-SHOW_DEVICES = ["sh", "-c", 'echo "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-}"; exec sleep 3600']
+SHOW_DEVICES = [
+    "sh",
+    "-c",
+    'echo "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-}"; '
+    'echo "DEVCLUSTER_CDI_DEVICES=${DEVCLUSTER_CDI_DEVICES:-}"; exec sleep 3600',
+]
 
 
 def namespace_name(test_name: str) -> str:
@@ -67,16 +72,21 @@ def exec_pod(
 def visible_devices(
     namespace: str, pod: str, container: str = "main", paths: ClusterPaths | None = None
 ) -> str:
-    """The NVIDIA_VISIBLE_DEVICES a SHOW_DEVICES container printed last."""
+    """The UUIDs of the devices a SHOW_DEVICES container was given (comma-separated), as it
+    printed them last: with CDI injection a container gets the devices' nodes, not their
+    UUIDs in NVIDIA_VISIBLE_DEVICES (the runtime sets that to "void", as the driver does)."""
+    return printed_env(namespace, pod, "DEVCLUSTER_CDI_DEVICES", container, paths)
+
+
+def printed_env(
+    namespace: str, pod: str, name: str, container: str = "main", paths: ClusterPaths | None = None
+) -> str:
+    """The value of `name` a SHOW_DEVICES container printed last."""
     paths = paths or ClusterPaths.default()
     logf = paths.pod_logs / f"{namespace}_{pod}_{container}.log"
-    seen = [
-        ln.split("=", 1)[1]
-        for ln in logf.read_text().splitlines()
-        if ln.startswith("NVIDIA_VISIBLE_DEVICES=")
-    ]
+    seen = [ln.split("=", 1)[1] for ln in logf.read_text().splitlines() if ln.startswith(f"{name}=")]
     if not seen:
-        raise AssertionError(f"{logf} has no NVIDIA_VISIBLE_DEVICES line")
+        raise AssertionError(f"{logf} has no {name} line")
     return seen[-1]
 
 

@@ -45,8 +45,10 @@ from gpusessions.core.sizes import DeviceMatch, device_class  # noqa: E402
 from gpusessions.hub.picker import compute_figures, render_form  # noqa: E402
 from localcluster.shapes import build_slices, device_classes, parse_shape  # noqa: E402
 
-# Per node: 2 whole H100, 2 as 7 x 1g.10gb, 2 as 3g.40gb + 2g.20gb + 2 x 1g.10gb, 2 partitionable
-# (dynamic MIG). Also the packing benchmark's fleet (bench_pack.py).
+# Per node: 2 whole H100, 2 as 7 x 1g.10gb, 2 as 3g.40gb + 2g.20gb + 2 x 1g.10gb, 2 as 4g.40gb +
+# 3g.40gb: static MIG throughout, as one NVIDIA driver install is static or dynamic MIG (until
+# 2026-12-01 the last two were partitionable, mixed in: figures measured before then used that
+# fleet). Also the packing benchmark's fleet (bench_pack.py).
 FLEET_GPUS: list[dict[str, Any]] = [
     {"model": "H100-80GB", "count": 2},
     {"model": "H100-80GB", "mig": "static", "layout": ["1g.10gb"] * 7, "count": 2},
@@ -56,7 +58,7 @@ FLEET_GPUS: list[dict[str, Any]] = [
         "layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
         "count": 2,
     },
-    {"model": "H100-80GB", "mig": "dynamic", "count": 2},
+    {"model": "H100-80GB", "mig": "static", "layout": ["4g.40gb", "3g.40gb"], "count": 2},
 ]
 
 

@@ -28,29 +28,38 @@ def slices_of(shape: Shape) -> list[dict[str, Any]]:
     return [s for n in shape.nodes for s in build_slices(n)]
 
 
+# Partitionable GPUs exist only with dynamic MIG, which a cluster has throughout (one driver
+# install): the packing is checked on the dynamic-MIG shapes.
+H100_OPTIONS = frozenset({(7, 0, 0), (4, 1, 0), (0, 2, 0), (0, 0, 1)})
+A100_OPTIONS = frozenset({(7, 0, 0), (4, 1, 0), (0, 2, 0)})  # MIG mode on: no whole GPU
+
+
 @pytest.fixture(scope="module")
 def demo() -> packing.Supply:
-    return packing.supply(slices_of(load_shape("demo", SHAPES_DIR)), MATCHES)
+    return packing.supply(slices_of(load_shape("demo-dynamic", SHAPES_DIR)), MATCHES)
 
 
 def test_demo_supply_reads_fixed_devices_and_partitionable_options(demo: packing.Supply) -> None:
-    # Static MIG: 7 + 2 (H100) + 1 (A100) x 1g, one 3g; whole: 2 H100 + 1 A100.
-    assert demo.fixed == (10, 1, 3)
-    # Two partitionable H100s: 7 x 1g, 3g + 4 x 1g, 2 x 3g, or the whole GPU (the counters allow no more).
-    assert demo.groups == ((frozenset({(7, 0, 0), (4, 1, 0), (0, 2, 0), (0, 0, 1)}), 2),)
+    # Fixed: the A100 with MIG mode off, a whole GPU.
+    assert demo.fixed == (0, 0, 1)
+    # Six partitionable H100s: 7 x 1g, 3g + 4 x 1g, 2 x 3g, or the whole GPU (the counters allow no
+    # more); one A100 in MIG mode: the same without the whole GPU.
+    assert demo.groups == ((H100_OPTIONS, 6), (A100_OPTIONS, 1))
 
 
-def test_feasible_agrees_with_brute_force(demo: packing.Supply) -> None:
-    for d in itertools.product(range(26), range(7), range(7)):
-        assert packing.feasible(d, demo) == packing.brute_force_feasible(d, demo), d
+def test_feasible_agrees_with_brute_force() -> None:
+    small = packing.supply(slices_of(load_shape("small-dynamic", SHAPES_DIR)), MATCHES)
+    assert small.groups == ((H100_OPTIONS, 1), (A100_OPTIONS, 1))
+    for d in itertools.product(range(16), range(5), range(3)):
+        assert packing.feasible(d, small) == packing.brute_force_feasible(d, small), d
 
 
 def test_optimum_prefix_single_sizes(demo: packing.Supply) -> None:
-    assert packing.optimum_prefix(["3g"] * 10, demo) == 5  # 1 static + 2 x 2 on the partitionable GPUs
-    assert packing.optimum_prefix(["gpu"] * 10, demo) == 5  # 3 whole + 2 partitionable
-    assert packing.optimum_prefix(["1g"] * 40, demo) == 24  # 10 static + 2 x 7
+    assert packing.optimum_prefix(["3g"] * 20, demo) == 14  # 2 on each partitionable GPU
+    assert packing.optimum_prefix(["gpu"] * 10, demo) == 7  # 1 whole A100 + 6 partitionable H100
+    assert packing.optimum_prefix(["1g"] * 60, demo) == 49  # 7 on each partitionable GPU
     # A whole GPU taken from a partitionable H100 costs two 3g.40gb.
-    assert packing.optimum_prefix(["gpu"] * 4 + ["3g"] * 10, demo) == 4 + 3
+    assert packing.optimum_prefix(["gpu"] * 4 + ["3g"] * 20, demo) == 4 + 8
 
 
 def test_one_kind_enumeration_matches_the_general_programme() -> None:
@@ -58,7 +67,7 @@ def test_one_kind_enumeration_matches_the_general_programme() -> None:
         "name": "n-{i}",
         "count": 3,
         "gpus": [
-            {"model": "H100-80GB", "mig": "static", "layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]},
+            {"model": "A100-80GB"},  # MIG mode off: a whole GPU, fixed
             {"model": "H100-80GB", "mig": "dynamic", "count": 2},
         ],
     }

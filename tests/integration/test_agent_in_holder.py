@@ -33,7 +33,11 @@ def test_holder_runs_the_agent_on_its_device(api: KubeAPI, namespace: str, load_
     api.create(build_holder_pod("gpu-holder-a", namespace, "gpu-a", settings, "a", ""))
     pod = waits.pod_ready(api, namespace, "gpu-holder-a")
     ip = pod["status"]["podIP"]
-    uuid = process_env(api, namespace, "gpu-holder-a")["NVIDIA_VISIBLE_DEVICES"]
+    env = process_env(api, namespace, "gpu-holder-a")
+    # CDI injection: NVIDIA_VISIBLE_DEVICES=void; the agent enumerates NVML, which sees only the
+    # claim's device (the runtime's record of it: DEVCLUSTER_CDI_DEVICES).
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    uuid = env["DEVCLUSTER_CDI_DEVICES"]
 
     def first() -> dict[str, Any] | None:
         try:

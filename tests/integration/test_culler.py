@@ -72,7 +72,7 @@ def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphan
     try:
         # bob trains with the browser closed: his GPU is busy.
         spawn(hub, "bob", ONE_G)
-        bob_gpu = process_env(api, namespace, "gpu-holder-bob")["NVIDIA_VISIBLE_DEVICES"]
+        bob_gpu = process_env(api, namespace, "gpu-holder-bob")["DEVCLUSTER_CDI_DEVICES"]
         load_file.write_text(json.dumps({bob_gpu: {"activity": 85, "processes": 1}}))
         # dave asked to keep his GPU for a day.
         spawn(hub, "dave", ONE_G)

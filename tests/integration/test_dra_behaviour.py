@@ -3,19 +3,24 @@ kube-apiserver, kube-scheduler and resourceclaim controller of the devcluster.
 
 Each test would fail if Kubernetes behaved differently (see ../shared/facts.md).
 Runs on the `small` shape: gpu-node-0 with GPU 0 statically split into
-3g.40gb + 2g.20gb + 2 x 1g.10gb and GPU 1 partitionable (dynamic MIG).
+3g.40gb + 2g.20gb + 2 x 1g.10gb, GPU 1 whole and GPU 2 split into 7 x 1g.10gb;
+the dynamic MIG tests run on a
+second cluster of shape `small-dynamic` (a cluster is static or dynamic MIG, as
+one NVIDIA driver install is): gpu-node-d with a partitionable H100 (GPU 0) and
+an A100 in MIG mode (GPU 1, partitions only).
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
 from localcluster import waits
 from localcluster.kubeapi import ApiError, KubeAPI
 from localcluster.shapes import gpu_uuid, mig_uuid
-from localcluster.testing import allocated, claim, exec_pod, slice_device, visible_devices
+from localcluster.testing import allocated, claim, exec_pod, printed_env, slice_device, visible_devices
 
 pytestmark = pytest.mark.cluster
 
@@ -81,14 +86,10 @@ def test_memory_selector_with_quantity_compare(api: KubeAPI, namespace: str) -> 
 
 def test_a_40gb_mig_device_has_less_than_40gi(api: KubeAPI, namespace: str) -> None:
     """NVML reports 3g.40gb and 4g.40gb below their label (H100 40448 MiB, A100 40192 MiB),
-    so `>= 40Gi` (40960 MiB) matches only 7g.80gb; `40000Mi` is the bound that takes them."""
+    so `>= 40Gi` (40960 MiB) matches only 7g.80gb; `40000Mi` is the bound that takes them.
+    (The 7g.80gb side: test_forty_gi_on_a_partitionable_gpu_is_the_7g_80gb.)"""
     sel = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('{}')) >= 0"
     is_3g = "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"
-    # On `small` the only MIG device with 40Gi is GPU 1's (dynamic) 7g.80gb, which takes the whole GPU.
-    api.create(claim("forty-gi", MIG, [sel.format("40Gi")]), namespace)
-    api.create(exec_pod("p1", claim_name="forty-gi"), namespace)
-    [(pool, device)] = allocated(waits.claim_allocated(api, namespace, "forty-gi"))
-    assert slice_device(api, pool, device)["attributes"]["profile"] == {"string": "7g.80gb"}
     # GPU 0's static 3g.40gb is free, but 40448 MiB is less than 40Gi ...
     api.create(claim("forty-gi-3g", MIG, [sel.format("40Gi"), is_3g]), namespace)
     api.create(exec_pod("p2", claim_name="forty-gi-3g"), namespace)
@@ -209,30 +210,45 @@ def test_pod_with_an_allocated_claim_lands_on_the_claims_node(api: KubeAPI, name
             api.delete("Node", n)
 
 
+def test_forty_gi_on_a_partitionable_gpu_is_the_7g_80gb(dynamic_api: KubeAPI, dynamic_namespace: str) -> None:
+    """With dynamic MIG the only MIG devices of 40Gi or more are the 7g.80gb partitions, each of
+    which takes a whole GPU."""
+    api, namespace = dynamic_api, dynamic_namespace
+    sel = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"
+    api.create(claim("forty-gi", MIG, [sel]), namespace)
+    api.create(exec_pod("p1", claim_name="forty-gi"), namespace)
+    [(pool, device)] = allocated(waits.claim_allocated(api, namespace, "forty-gi"))
+    assert slice_device(api, pool, device)["attributes"]["profile"] == {"string": "7g.80gb"}
+
+
 def test_partitionable_gpu_hands_out_dynamic_mig_and_counters_refuse_overallocation(
-    api: KubeAPI, namespace: str
+    dynamic_api: KubeAPI, dynamic_namespace: str, dynamic_cluster: Any
 ) -> None:
-    node = "gpu-node-0"
-    parent = gpu_uuid(node, 1)  # GPU 1 of the small shape is partitionable
-    on_gpu1 = f"device.attributes['gpu.nvidia.com'].parentUUID == '{parent}'"
+    api, namespace, paths = dynamic_api, dynamic_namespace, dynamic_cluster.paths
+    node = "gpu-node-d"
+    parent = gpu_uuid(node, 0)  # GPU 0 of small-dynamic: a partitionable H100
+    on_gpu0 = f"device.attributes['gpu.nvidia.com'].parentUUID == '{parent}'"
     profile = "device.attributes['gpu.nvidia.com'].profile == '{}'"
 
-    api.create(claim("four", MIG, [on_gpu1, profile.format("4g.40gb")]), namespace)
+    api.create(claim("four", MIG, [on_gpu0, profile.format("4g.40gb")]), namespace)
     api.create(exec_pod("p-four", claim_name="four"), namespace)
     waits.pod_ready(api, namespace, "p-four")
     [(_, dev4)] = allocated(api.get("ResourceClaim", "four", namespace))
-    assert dev4 == "gpu-1-mig-4g40gb-5-0"
+    assert dev4 == "gpu-0-mig-4g40gb-5-0"
+    assert "uuid" not in slice_device(api, node, dev4)["attributes"], "made at prepare: no uuid published"
     assert waits.wait_for(
-        lambda: visible_devices(namespace, "p-four") == mig_uuid(parent, "4g.40gb", 0), 10, "dynamic MIG uuid"
+        lambda: visible_devices(namespace, "p-four", paths=paths) == mig_uuid(parent, "4g.40gb", 0),
+        10,
+        "dynamic MIG uuid",
     )
 
     # The 4g.40gb took memory slices 0-3: a 3g.40gb fits only at placement 4 ...
-    api.create(claim("three-a", MIG, [on_gpu1, profile.format("3g.40gb")]), namespace)
+    api.create(claim("three-a", MIG, [on_gpu0, profile.format("3g.40gb")]), namespace)
     api.create(exec_pod("p-three-a", claim_name="three-a"), namespace)
     waits.pod_ready(api, namespace, "p-three-a")
-    assert allocated(api.get("ResourceClaim", "three-a", namespace)) == [(node, "gpu-1-mig-3g40gb-9-4")]
+    assert allocated(api.get("ResourceClaim", "three-a", namespace)) == [(node, "gpu-0-mig-3g40gb-9-4")]
     # ... and a second one does not fit at all, nor does the whole GPU.
-    api.create(claim("three-b", MIG, [on_gpu1, profile.format("3g.40gb")]), namespace)
+    api.create(claim("three-b", MIG, [on_gpu0, profile.format("3g.40gb")]), namespace)
     api.create(exec_pod("p-three-b", claim_name="three-b"), namespace)
     api.create(claim("whole", GPU, [f"device.attributes['gpu.nvidia.com'].uuid == '{parent}'"]), namespace)
     api.create(exec_pod("p-whole", claim_name="whole"), namespace)
@@ -248,5 +264,30 @@ def test_partitionable_gpu_hands_out_dynamic_mig_and_counters_refuse_overallocat
     waits.claim_deallocated(api, namespace, "four")
     waits.claim_deallocated(api, namespace, "three-a")
     waits.pod_ready(api, namespace, "p-whole", timeout=60)
-    assert allocated(api.get("ResourceClaim", "whole", namespace)) == [(node, "gpu-1")]
-    assert waits.wait_for(lambda: visible_devices(namespace, "p-whole") == parent, 10, "whole GPU uuid")
+    assert allocated(api.get("ResourceClaim", "whole", namespace)) == [(node, "gpu-0")]
+    assert waits.wait_for(
+        lambda: visible_devices(namespace, "p-whole", paths=paths) == parent, 10, "whole GPU uuid"
+    )
+
+
+def test_ampere_in_mig_mode_offers_partitions_only(dynamic_api: KubeAPI, dynamic_namespace: str) -> None:
+    """GPU 1 of small-dynamic is an A100 with MIG mode on: no whole GPU of it, its 7g.80gb instead."""
+    api, namespace = dynamic_api, dynamic_namespace
+    a100 = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-80GB'"
+    api.create(claim("whole-a100", GPU, [a100]), namespace)
+    api.create(exec_pod("p-whole", claim_name="whole-a100"), namespace)
+    assert "cannot allocate all claims" in waits.pod_unschedulable(api, namespace, "p-whole")
+    seven = "device.attributes['gpu.nvidia.com'].profile == '7g.80gb'"
+    api.create(claim("seven-a100", MIG, [a100, seven]), namespace)
+    api.create(exec_pod("p-seven", claim_name="seven-a100"), namespace)
+    [(_, device)] = allocated(waits.claim_allocated(api, namespace, "seven-a100"))
+    assert device == "gpu-1-mig-7g80gb-0-0"
+
+
+def test_a_container_gets_its_devices_as_cdi_gives_them(api: KubeAPI, namespace: str) -> None:
+    """NVIDIA_VISIBLE_DEVICES=void (the driver's CDI spec), the device itself injected."""
+    api.create(claim("c", MIG, ["device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"]), namespace)
+    api.create(exec_pod("p", claim_name="c"), namespace)
+    waits.pod_ready(api, namespace, "p")
+    assert waits.wait_for(lambda: printed_env(namespace, "p", "NVIDIA_VISIBLE_DEVICES") == "void", 10, "env")
+    assert visible_devices(namespace, "p").startswith("MIG-")

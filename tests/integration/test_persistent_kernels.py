@@ -78,9 +78,11 @@ def test_kernel_state_survives_a_notebook_restart_and_is_lost_plainly_with_the_h
         "print(os.getpid(), os.environ.get('NVIDIA_VISIBLE_DEVICES'))",
     )
     kernel_pid, devices = int(out.split()[0]), out.split()[1]
-    # The kernel runs in the holder's gateway, on the session's GPU.
+    # The kernel runs in the holder's gateway container, which was given the session's GPU (CDI
+    # injection: NVIDIA_VISIBLE_DEVICES=void there, the device itself recorded by the runtime).
     holder_env = process_env(api, namespace, "gpu-holder-alice", "kernels")
-    assert devices == holder_env["NVIDIA_VISIBLE_DEVICES"] and devices.startswith("MIG-")
+    assert devices == holder_env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert holder_env["DEVCLUSTER_CDI_DEVICES"].startswith("MIG-")
 
     stop(hub, "alice")
     assert api.get_or_none("Pod", "jupyter-alice", namespace) is None
@@ -187,7 +189,7 @@ def test_admin_view_shows_each_kernel_with_its_gpu_memory(
         assert code == 201, code
         kid = s["id"]
         pid = int(execute(hub.url, "alice", kid, hub.token, "import os; print(os.getpid())"))
-        gpu = process_env(api, namespace, "gpu-holder-alice", "kernels")["NVIDIA_VISIBLE_DEVICES"]
+        gpu = process_env(api, namespace, "gpu-holder-alice", "kernels")["DEVCLUSTER_CDI_DEVICES"]
         # NVML (simulated) reports the kernel's process holding 2 GiB on the session's device.
         load_file.write_text(json.dumps({gpu: {"activity": 50, "pids": {str(pid): 2048}}}))
 

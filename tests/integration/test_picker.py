@@ -50,6 +50,23 @@ def user_token(hub: Hub) -> str:
     return hubtools.user_token(hub, "picker")
 
 
+@pytest.fixture
+def dynamic_hub(dynamic_namespace: str, dynamic_cluster: Any, tmp_path: Path) -> Iterator[Hub]:
+    """The same hub on the dynamic-MIG cluster (small-dynamic)."""
+    h = start_hub(
+        GPU_HUB_CONFIG.format(namespace=dynamic_namespace) + f"ONE_G = {ONE_G[0]!r}\n" + MORE_PROFILES,
+        tmp_path / "hub-dynamic",
+        env_extra={"KUBECONFIG": str(dynamic_cluster.paths.kubeconfig)},
+    )
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def dynamic_token(dynamic_hub: Hub) -> str:
+    return hubtools.user_token(dynamic_hub, "picker")
+
+
 def figures(hub: Hub, token: str, api: KubeAPI) -> dict[str, dict[str, Any]]:
     """The picker's figures once its watch has seen every allocation the API has."""
 
@@ -103,45 +120,60 @@ def _scheduler_fails(api: KubeAPI, ns: str, device_class_name: str, selectors: l
 
 ONE_G = ["device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"]
 THREE_G = ["device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"]
-FOUR_G_ON_GPU1 = [
+# GPU 0 of small-dynamic: a partitionable H100.
+FOUR_G_ON_H100 = [
     "device.attributes['gpu.nvidia.com'].profile == '4g.40gb'",
-    f"device.attributes['gpu.nvidia.com'].parentUUID == '{gpu_uuid('gpu-node-0', 1)}'",
+    f"device.attributes['gpu.nvidia.com'].parentUUID == '{gpu_uuid('gpu-node-d', 0)}'",
 ]
 
 
-def test_n_free_static_and_partitionable_mig_means_n_allocate(
-    hub: Hub, user_token: str, api: KubeAPI, namespace: str
-) -> None:
+def test_n_free_static_mig_means_n_allocate(hub: Hub, user_token: str, api: KubeAPI, namespace: str) -> None:
     f = figures(hub, user_token, api)
     assert f["mig-1g-10gb"]["state"] == "free"
     n = f["mig-1g-10gb"]["free"]
-    assert n == 9  # 2 static on GPU 0 + 7 placements on partitionable GPU 1
+    assert n == 9  # 2 static on GPU 0 + 7 static on GPU 2 (small is static MIG)
     _fill(api, namespace, "one", n, "mig.nvidia.com", ONE_G)
     _one_more_waits(api, namespace, "one-extra", "mig.nvidia.com", ONE_G)
     f = figures(hub, user_token, api)
     assert f["mig-1g-10gb"]["free"] == 0 and f["mig-1g-10gb"]["state"] == "none-free"
     assert "wait in line" in f["mig-1g-10gb"]["availability"]
-    # Counters are shared between profiles: with 1g slices on every placement of GPU 1,
-    # neither a 3g.40gb there nor the whole GPU fits; only the static 3g.40gb of GPU 0 is left.
-    assert f["gpu"]["free"] == 0
+    # Static MIG devices share nothing: the whole GPU 1 and GPU 0's 3g.40gb are still free.
+    assert f["gpu"]["free"] == 1
     assert f["mig-3g-40gb"]["free"] == 1
 
 
-def test_counters_shared_between_profiles_on_a_partitionable_gpu(
-    hub: Hub, user_token: str, api: KubeAPI, namespace: str
+def test_n_free_partitionable_mig_means_n_allocate(
+    dynamic_hub: Hub, dynamic_token: str, dynamic_api: KubeAPI, dynamic_namespace: str
 ) -> None:
-    _fill(api, namespace, "four", 1, "mig.nvidia.com", FOUR_G_ON_GPU1)  # memory slices 0-3 of GPU 1
-    f = figures(hub, user_token, api)
+    hub, api, namespace = dynamic_hub, dynamic_api, dynamic_namespace
+    f = figures(hub, dynamic_token, api)
+    n = f["mig-1g-10gb"]["free"]
+    assert n == 14  # 7 placements on the H100 and 7 on the A100
+    _fill(api, namespace, "one", n, "mig.nvidia.com", ONE_G)
+    _one_more_waits(api, namespace, "one-extra", "mig.nvidia.com", ONE_G)
+    f = figures(hub, dynamic_token, api)
+    assert f["mig-1g-10gb"]["free"] == 0 and f["mig-1g-10gb"]["state"] == "none-free"
+    # Counters are shared between profiles: with 1g slices on every placement, neither a
+    # 3g.40gb nor the whole GPU fits.
     assert f["gpu"]["free"] == 0
-    # 3g.40gb: the static one on GPU 0, and placement 4 on GPU 1.
-    assert f["mig-3g-40gb"]["free"] == 2
-    _fill(api, namespace, "three", 2, "mig.nvidia.com", THREE_G)
-    _one_more_waits(api, namespace, "three-extra", "mig.nvidia.com", THREE_G)
-    f = figures(hub, user_token, api)
     assert f["mig-3g-40gb"]["free"] == 0
-    # 1g.10gb: both static ones of GPU 0 are still free; GPU 1 is full.
-    assert f["mig-1g-10gb"]["free"] == 2
-    _fill(api, namespace, "one", 2, "mig.nvidia.com", ONE_G)
+
+
+def test_counters_shared_between_profiles_on_a_partitionable_gpu(
+    dynamic_hub: Hub, dynamic_token: str, dynamic_api: KubeAPI, dynamic_namespace: str
+) -> None:
+    hub, api, namespace = dynamic_hub, dynamic_api, dynamic_namespace
+    _fill(api, namespace, "four", 1, "mig.nvidia.com", FOUR_G_ON_H100)  # memory slices 0-3 of the H100
+    f = figures(hub, dynamic_token, api)
+    assert f["gpu"]["free"] == 0
+    # 3g.40gb: placement 4 on the H100, and placements 0 and 4 on the A100.
+    assert f["mig-3g-40gb"]["free"] == 3
+    _fill(api, namespace, "three", 3, "mig.nvidia.com", THREE_G)
+    _one_more_waits(api, namespace, "three-extra", "mig.nvidia.com", THREE_G)
+    f = figures(hub, dynamic_token, api)
+    assert f["mig-3g-40gb"]["free"] == 0
+    # 1g.10gb: every memory slice of both GPUs is taken.
+    assert f["mig-1g-10gb"]["free"] == 0
     _one_more_waits(api, namespace, "one-extra", "mig.nvidia.com", ONE_G)
 
 
@@ -153,8 +185,8 @@ def test_n_free_whole_gpus_means_n_allocate(hub: Hub, user_token: str, api: Kube
     _one_more_waits(api, namespace, "whole-extra", "gpu.nvidia.com", [])
     f = figures(hub, user_token, api)
     assert f["gpu"]["free"] == 0
-    # The whole partitionable GPU consumed every counter: no MIG device of GPU 1 is left.
-    assert f["mig-1g-10gb"]["free"] == 2
+    # The whole GPU 1 is taken; the 9 static 1g.10gb of GPUs 0 and 2 stay free.
+    assert f["mig-1g-10gb"]["free"] == 9
 
 
 @pytest.fixture

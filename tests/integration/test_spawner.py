@@ -63,8 +63,11 @@ def test_mig_session_reaches_notebook_and_keeps_its_device_across_restarts(
     )
     env = process_env(api, namespace, "jupyter-alice")
     holder_env = process_env(api, namespace, "gpu-holder-alice")
-    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
-    assert env["NVIDIA_VISIBLE_DEVICES"] == holder_env["NVIDIA_VISIBLE_DEVICES"]
+    # As with CDI injection: the devices (here the runtime's record of them), no UUIDs in
+    # NVIDIA_VISIBLE_DEVICES.
+    assert env["NVIDIA_VISIBLE_DEVICES"] == holder_env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env["DEVCLUSTER_CDI_DEVICES"].startswith("MIG-")
+    assert env["DEVCLUSTER_CDI_DEVICES"] == holder_env["DEVCLUSTER_CDI_DEVICES"]
     assert env["GPUSESSIONS_CLAIM"] == "gpu-alice"
     assert env["GPUSESSIONS_PROFILE"] == "mig-1g-10gb"
     assert env["GPUSESSIONS_GPU"] == "MIG 1g.10gb"
@@ -96,13 +99,14 @@ def test_mig_session_reaches_notebook_and_keeps_its_device_across_restarts(
     assert holder2["metadata"]["uid"] == holder["metadata"]["uid"]
     assert holder2["status"]["containerStatuses"][0]["restartCount"] == 0
     assert (
-        process_env(api, namespace, "jupyter-alice")["NVIDIA_VISIBLE_DEVICES"]
-        == env["NVIDIA_VISIBLE_DEVICES"]
+        process_env(api, namespace, "jupyter-alice")["DEVCLUSTER_CDI_DEVICES"]
+        == env["DEVCLUSTER_CDI_DEVICES"]
     )
 
 
 def test_progress_tells_the_wait_and_the_allocation(hub: Hub, api: KubeAPI, namespace: str) -> None:
-    """Every 3g.40gb place is taken; the user is told so, then told when one frees up."""
+    """Every 3g.40gb place is taken; the user is told so, then told when one frees up.
+    (small is static MIG: its one 3g.40gb is on GPU 0; the whole GPU 1 is taken too.)"""
     from localcluster.shapes import gpu_uuid
     from localcluster.testing import claim, exec_pod
 
@@ -131,14 +135,14 @@ def test_progress_tells_the_wait_and_the_allocation(hub: Hub, api: KubeAPI, name
         "the waiting message",
         lambda: str(messages),
     )
-    api.delete("Pod", "b-whole", namespace)
+    api.delete("Pod", "b-static", namespace)
     reader.join(90)
     starter.join(30)
     wait_ready(hub, "bob")
     waiting = next(m for m in messages if "none free right now" in m)
     assert waiting.startswith("Waiting for a GPU (MIG 3g.40gb): none free right now (scheduler: 0/1 nodes")
     allocated = [
-        m for m in messages if m.startswith("GPU allocated: MIG 3g.40gb, device gpu-node-0/gpu-1-mig")
+        m for m in messages if m.startswith("GPU allocated: MIG 3g.40gb, device gpu-node-0/gpu-0-mig")
     ]
     assert allocated and allocated[0].endswith("on node gpu-node-0"), messages
     assert messages.index(waiting) < messages.index(allocated[0])
@@ -327,6 +331,7 @@ def test_cpu_profile_spawns_like_kubespawner(hub: Hub, api: KubeAPI, namespace: 
     assert "resourceClaims" not in pod["spec"]
     assert gpu_objects(api, namespace)["claims"] == []
     assert "NVIDIA_VISIBLE_DEVICES" not in process_env(api, namespace, "jupyter-kim")
+    assert "DEVCLUSTER_CDI_DEVICES" not in process_env(api, namespace, "jupyter-kim")
 
 
 def test_first_available_takes_the_first_alternative_that_exists(
@@ -337,7 +342,7 @@ def test_first_available_takes_the_first_alternative_that_exists(
     [result] = claim["status"]["allocation"]["devices"]["results"]
     assert result["request"] == "gpu/alt1"
     assert "1g10gb" in result["device"]
-    assert process_env(api, namespace, "jupyter-lena")["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert process_env(api, namespace, "jupyter-lena")["DEVCLUSTER_CDI_DEVICES"].startswith("MIG-")
 
 
 def test_a_claim_that_is_not_ours_is_never_adopted(hub: Hub, api: KubeAPI, namespace: str) -> None:

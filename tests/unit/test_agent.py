@@ -10,7 +10,7 @@ import pytest
 from tornado.testing import AsyncHTTPTestCase
 
 from gpusessions.agent import fakenvml
-from gpusessions.agent.collect import Collector, visible_uuids
+from gpusessions.agent.collect import Collector, discover, enumerate_devices, visible_uuids
 from gpusessions.agent.server import AgentState, make_app, prometheus
 from promtext import value
 
@@ -146,3 +146,66 @@ class AgentHTTPTest(AsyncHTTPTestCase):
         assert self.fetch("/metrics", headers={"Authorization": "Bearer wrong"}).code == 401
         r = self.fetch("/api/status", headers={"Authorization": "Bearer s3cret"})
         assert r.code == 200 and json.loads(r.body)["agent"] == "gpusessions"
+
+
+# -- finding the devices: CDI injection sets NVIDIA_VISIBLE_DEVICES=void, NVML sees what was injected
+@pytest.mark.parametrize("visible", [None, "void", "all", "0,1"])
+def test_devices_come_from_nvml_when_the_variable_names_no_uuid(nvml: Any, visible: str | None) -> None:
+    # The whole GPU (MIG mode off), and of each GPU in MIG mode its MIG devices, not the parent.
+    assert discover(nvml, visible) == ([GPU, H100_MIG, A100_MIG], None)
+
+
+def test_uuids_in_the_variable_are_taken_as_they_are(nvml: Any) -> None:
+    assert discover(nvml, f"{A100_MIG},{GPU}") == ([A100_MIG, GPU], None)
+
+
+def test_a_gpu_without_mig_support_is_reported_whole(tmp_path: Path) -> None:
+    t4 = "GPU-66666666-6666-6666-6666-666666666666"
+    path = tmp_path / "nvml.json"
+    path.write_text(
+        json.dumps({"gpus": [{"uuid": t4, "name": "Tesla T4", "arch": "turing", "memory_mib": 15360}]})
+    )
+    fakenvml.configure(str(path))
+    fakenvml.nvmlInit()
+    with pytest.raises(fakenvml.NVMLError):
+        fakenvml.nvmlDeviceGetMigMode(fakenvml.nvmlDeviceGetHandleByIndex(0))  # NotSupported
+    assert enumerate_devices(fakenvml) == [t4]
+
+
+def test_a_container_without_devices_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "nvml.json"
+    path.write_text(json.dumps({"gpus": []}))
+    fakenvml.configure(str(path))
+    state = AgentState(load_nvml=lambda: fakenvml, visible="void", busy_threshold=5)
+    state.sample(now=1)
+    assert state.readings == []
+    assert state.problem is not None and "NVML shows no GPU in this container" in state.problem
+
+
+def test_the_agent_reads_what_it_enumerated(nvml: Any) -> None:
+    _load(nvml, {H100_MIG: {"processes": 1, "memory_used_mib": 512}})
+    state = AgentState(load_nvml=lambda: nvml, visible="void", busy_threshold=5)
+    state.sample(now=10)
+    by_uuid = {r.uuid: r for r in state.readings}
+    assert set(by_uuid) == {GPU, H100_MIG, A100_MIG} and state.problem is None
+    assert by_uuid[H100_MIG].kind == "mig" and by_uuid[H100_MIG].processes == 1
+
+
+def test_gpu_check_prints_one_line_per_device(nvml: Any) -> None:
+    from gpusessions.agent import gpucheck
+
+    _load(nvml, {GPU: {"activity": 40, "memory_used_mib": 1024}})
+    rc, lines = gpucheck.check(nvml, None, 0)
+    assert rc == 0 and lines[0].startswith("gpu-check: 3 device(s)")
+    by_uuid = {ln.split()[0]: ln for ln in lines[1:]}
+    assert "memory 1.0/79.6 GiB" in by_uuid[GPU] and "utilization 40%" in by_uuid[GPU]
+    assert "GPM SM activity" in by_uuid[H100_MIG]
+    assert "activity unknown (NVML: NotSupported)" in by_uuid[A100_MIG]
+
+
+def test_gpu_check_without_a_gpu_is_one_line_and_fails(tmp_path: Path) -> None:
+    from gpusessions.agent import gpucheck
+
+    fakenvml.configure(str(tmp_path / "missing.json"))  # as NVML on a machine without the driver
+    rc, lines = gpucheck.check(fakenvml, None, 0)
+    assert rc == 1 and len(lines) == 1 and lines[0].startswith("gpu-check: no NVIDIA GPU here")

@@ -103,8 +103,10 @@ def test_matcher_on_every_demo_device() -> None:
     inv = _inv("demo")
     one_g = DeviceMatch.of({"type": "mig", "profile": "1g.10gb"})
     names = {(k[1], k[2]) for k in inv.candidates(one_g)}
-    # a: 7 + 2 static; b: 1 static (A100); c: 7 placements on each of 2 partitionable GPUs
-    assert len(names) == 7 + 2 + 1 + 14
+    # a: 7 + 2 static; b: 1 static (A100); c: 2 static (demo is static MIG; demo-dynamic is not)
+    assert len(names) == 7 + 2 + 1 + 2
+    dyn = {(k[1], k[2]) for k in _inv("demo-dynamic").candidates(one_g)}
+    assert len(dyn) == 7 * 4 + 7 + 7 * 2  # 7 placements on each partitionable GPU
     assert all("1g10gb" in n for _, n in names)
     big = DeviceMatch.of({"type": "gpu"}, {"memory": "81000Mi"})
     assert {k[2] for k in inv.candidates(big)} >= {"gpu-0", "gpu-1"}
@@ -112,17 +114,19 @@ def test_matcher_on_every_demo_device() -> None:
 
 
 def test_counting_follows_counters_on_a_partitionable_gpu() -> None:
-    inv = _inv()
+    # small-dynamic: a partitionable H100 (whole GPU and partitions) and an A100 with MIG mode on
+    # (partitions only).
+    inv = _inv("small-dynamic")
     one_g = DeviceMatch.of({"type": "mig", "profile": "1g.10gb"})
     whole = DeviceMatch.of({"type": "gpu"})
-    assert count_free(inv, one_g, set())[:2] == (9, 9)
+    assert count_free(inv, one_g, set())[:2] == (14, 14)
     assert count_free(inv, whole, set())[:2] == (1, 1)
-    # A 4g.40gb on GPU 1 takes memory slices 0-3: 3 placements of 1g.10gb stay there.
-    alloc = allocated_devices([_claim_on("gpu-1-mig-4g40gb-5-0")])
-    assert count_free(inv, one_g, alloc, left=remaining_counters(inv, alloc))[0] == 2 + 3
+    # A 4g.40gb on the H100 takes memory slices 0-3: 3 placements of 1g.10gb stay there.
+    alloc = allocated_devices([_claim_on("gpu-0-mig-4g40gb-5-0", pool="gpu-node-d")])
+    assert count_free(inv, one_g, alloc, left=remaining_counters(inv, alloc))[0] == 7 + 3
     assert count_free(inv, whole, alloc)[0] == 0
-    # Two devices per session: 9 slices on the one node make 4 sessions.
-    assert count_free(inv, one_g, set(), per_session=2)[:2] == (4, 4)
+    # Two devices per session: 14 slices on the one node make 7 sessions.
+    assert count_free(inv, one_g, set(), per_session=2)[:2] == (7, 7)
 
 
 def test_several_devices_per_session_count_per_node() -> None:
@@ -130,16 +134,16 @@ def test_several_devices_per_session_count_per_node() -> None:
     do not add up to a session."""
     inv = _inv("demo")
     one_g = DeviceMatch.of({"type": "mig", "profile": "1g.10gb"})
-    # node a: 7 + 2 static; node b: 1 static; node c: 7 placements on each of 2 partitionable GPUs.
-    assert count_free(inv, one_g, set())[:2] == (24, 24)
-    assert count_free(inv, one_g, set(), per_session=2)[:2] == (4 + 0 + 7, 11)  # not 24 // 2
-    assert count_free(inv, one_g, set(), per_session=3)[:2] == (3 + 0 + 4, 7)  # not 24 // 3
+    # node a: 7 + 2 static; node b: 1 static; node c: 2 static.
+    assert count_free(inv, one_g, set())[:2] == (12, 12)
+    assert count_free(inv, one_g, set(), per_session=2)[:2] == (4 + 0 + 1, 5)  # not 12 // 2
+    assert count_free(inv, one_g, set(), per_session=3)[:2] == (3 + 0 + 0, 3)  # not 12 // 3
     # One slice taken on node a leaves 8 there: still 4 sessions of 2; a second leaves 3.
     taken = [d for d in ("gpu-2-mig-1g10gb-19-0", "gpu-2-mig-1g10gb-19-1")]
     one = allocated_devices([_claim_on(taken[0], pool="h100-node-a")])
-    assert count_free(inv, one_g, one, per_session=2)[0] == 11
+    assert count_free(inv, one_g, one, per_session=2)[0] == 5
     two = allocated_devices([_claim_on(*taken, pool="h100-node-a")])
-    assert count_free(inv, one_g, two, per_session=2)[0] == 10
+    assert count_free(inv, one_g, two, per_session=2)[0] == 4
 
 
 def test_profile_figures_states() -> None:
@@ -226,16 +230,16 @@ def test_a_selector_that_fails_on_some_devices_is_shown_as_unknown() -> None:
     f = size_figures(GPURequest("gpu.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
     assert f.state == "unknown" and "fails with a CEL error on 1 device(s)" in (f.note or "")
     f = size_figures(GPURequest("mig.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
-    assert f.state == "unknown" and "on 22 device(s)" in (f.note or "")
+    assert f.state == "unknown" and "on 11 device(s)" in (f.note or "")  # the 11 MIG devices of small
 
 
 def test_a_size_matching_gpus_of_different_memory_shows_the_range() -> None:
-    """The demo shape's whole GPUs: A100 80GB (81920 MiB), H100 80GB (81559 MiB) and the
-    whole-GPU device of a partitionable H100 (8 memory slices, 81152 MiB): a whole-GPU size
-    promises the least and says the most; one model alone gives one figure."""
+    """The demo-dynamic shape's whole GPUs: A100 80GB (81920 MiB) and the whole-GPU device of a
+    partitionable H100 (8 memory slices, 81152 MiB): a whole-GPU size promises the least and
+    says the most; one model alone gives one figure."""
     from gpusessions.hub.picker import memory_text
 
-    inv = _inv("demo")
+    inv = _inv("demo-dynamic")
     left = remaining_counters(inv, set())
     whole = GPURequest("gpu.nvidia.com", 1, ())
     f = size_figures(whole, inv, set(), CLASSES, left)

@@ -82,3 +82,22 @@ def test_pod_ips_of_two_local_clusters_never_meet() -> None:
     a._next = a._end
     assert a.allocate() == "127.4.255.254" and a.allocate() == "127.1.0.2", "wraps within its block"
     assert not {first_a} & {b.allocate() for _ in range(1000)}
+
+
+def test_a_container_sees_only_its_devices_in_the_fake_nvml() -> None:
+    """As with CDI injection: a whole GPU with MIG mode off, or a MIG parent with only the
+    container's MIG devices."""
+    from localcluster.fakedriver import fake_nvml_gpus, visible_gpus
+    from localcluster.paths import SHAPES_DIR
+    from localcluster.shapes import device_uuids, load_shape
+
+    shape = load_shape("small", SHAPES_DIR)
+    gpus = fake_nvml_gpus(shape.nodes[0])
+    uuids = device_uuids(shape)
+    mig = uuids[("gpu-node-0", "gpu-0-mig-1g10gb-19-3")]
+    whole = uuids[("gpu-node-0", "gpu-1")]
+    [parent] = visible_gpus(gpus, [mig])
+    assert [m["uuid"] for m in parent["mig"]] == [mig]
+    [gpu] = visible_gpus(gpus, [whole])
+    assert gpu["uuid"] == whole and gpu["mig"] == []
+    assert visible_gpus(gpus, []) == []

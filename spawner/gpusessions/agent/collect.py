@@ -47,6 +47,51 @@ def visible_uuids(value: str | None) -> tuple[list[str], str | None]:
     return [u.strip() for u in v.split(",") if u.strip()], None
 
 
+def _uuid(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def enumerate_devices(nvml: ModuleType) -> list[str]:
+    """The UUIDs of the devices this container can use, from NVML itself: each visible GPU, or,
+    on a GPU in MIG mode, its MIG devices that NVML lets this container open.
+
+    With the NVIDIA DRA driver's CDI injection a container gets the device nodes of its devices
+    and NVIDIA_VISIBLE_DEVICES=void (kubernetes-sigs/dra-driver-nvidia-gpu: the nvcdi wrapper's
+    common edits), never their UUIDs; NVML in the container sees only what was injected."""
+    out: list[str] = []
+    for i in range(int(nvml.nvmlDeviceGetCount())):
+        gpu = nvml.nvmlDeviceGetHandleByIndex(i)
+        try:
+            mig_on = nvml.nvmlDeviceGetMigMode(gpu)[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        except nvml.NVMLError as e:
+            if not _not_supported(nvml, e):
+                raise
+            mig_on = False  # a GPU without MIG (before Ampere)
+        if not mig_on:
+            out.append(_uuid(nvml.nvmlDeviceGetUUID(gpu)))
+            continue
+        for j in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(gpu))):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, j)
+            except nvml.NVMLError:
+                continue  # an empty slot, or a MIG device of another container
+            out.append(_uuid(nvml.nvmlDeviceGetUUID(mig)))
+    return out
+
+
+def discover(nvml: ModuleType, visible: str | None) -> tuple[list[str], str | None]:
+    """The devices to report, and a problem to show when there are none. UUIDs named in
+    NVIDIA_VISIBLE_DEVICES (the device plugin's way) are taken as they are; otherwise (unset,
+    "void" as CDI injection sets it, "all", indices) NVML enumerates what the container has."""
+    uuids, _ = visible_uuids(visible)
+    if uuids and all(u.startswith(("GPU-", "MIG-")) for u in uuids):
+        return uuids, None
+    found = enumerate_devices(nvml)
+    if not found:
+        return [], "NVML shows no GPU in this container (is the claim listed in the container's resources?)"
+    return found, None
+
+
 def _not_supported(nvml: ModuleType, e: Exception) -> bool:
     return getattr(e, "value", None) == nvml.NVML_ERROR_NOT_SUPPORTED
 

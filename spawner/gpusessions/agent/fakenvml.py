@@ -34,6 +34,10 @@ NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_DEVICE_MIG_DISABLE = 0
+NVML_DEVICE_MIG_ENABLE = 1
+_MIG_CAPABLE = ("ampere", "hopper", "blackwell")
+_MAX_MIG_DEVICES = 7
 NVML_GPM_METRIC_SM_UTIL = 2
 NVML_GPM_METRIC_SM_OCCUPANCY = 3
 NVML_GPM_METRICS_GET_VERSION = 1
@@ -154,6 +158,51 @@ def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> _Device:
     if key not in _state.devices:
         raise NVMLError(NVML_ERROR_NOT_FOUND)
     return _state.devices[key]
+
+
+def nvmlDeviceGetCount() -> int:
+    """The GPUs this NVML sees (in a container: the ones its devices were injected for)."""
+    _check()
+    return len(_gpus())
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> _Device:
+    _check()
+    gpus = _gpus()
+    if not 0 <= index < len(gpus):
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return gpus[index]
+
+
+def nvmlDeviceGetUUID(h: _Device) -> str:
+    _check()
+    return h.uuid
+
+
+def nvmlDeviceGetMigMode(h: _Device) -> list[int]:
+    """[current, pending]: enabled when the GPU has MIG devices; NotSupported before Ampere."""
+    _check()
+    if h.is_mig or h.arch not in _MIG_CAPABLE:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    mode = NVML_DEVICE_MIG_ENABLE if h.children else NVML_DEVICE_MIG_DISABLE
+    return [mode, mode]
+
+
+def nvmlDeviceGetMaxMigDeviceCount(h: _Device) -> int:
+    _check()
+    return _MAX_MIG_DEVICES if h.arch in _MIG_CAPABLE and not h.is_mig else 0
+
+
+def nvmlDeviceGetMigDeviceHandleByIndex(h: _Device, index: int) -> _Device:
+    """The index-th MIG device of a GPU; NotFound for an empty slot (as real NVML)."""
+    _check()
+    if not 0 <= index < len(h.children):
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return h.children[index]
+
+
+def _gpus() -> list[_Device]:
+    return [d for d in _state.devices.values() if not d.is_mig]
 
 
 def nvmlDeviceIsMigDeviceHandle(h: _Device) -> int:

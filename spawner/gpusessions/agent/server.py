@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector as PromCollector
 from tornado import web
 from tornado.ioloop import PeriodicCallback
 
-from gpusessions.agent.collect import Collector, Reading, visible_uuids
+from gpusessions.agent.collect import Collector, Reading, discover
 from gpusessions.agent.kernels import KernelView
 
 log = logging.getLogger("gpusessions.agent")
@@ -52,7 +52,13 @@ class AgentState:
             self.next_init = now + NVML_RETRY_SECONDS
             log.warning("%s; retrying in %.0fs", self.nvml_error, NVML_RETRY_SECONDS)
             return
-        uuids, self.problem = visible_uuids(self.visible)
+        try:
+            uuids, self.problem = discover(nvml, self.visible)
+        except Exception as e:  # NVMLError while enumerating: say it, retry later
+            self.nvml_error = f"NVML cannot list the devices: {e}"
+            self.next_init = now + NVML_RETRY_SECONDS
+            log.warning("%s; retrying in %.0fs", self.nvml_error, NVML_RETRY_SECONDS)
+            return
         self.nvml, self.nvml_error = nvml, None
         self.collector = Collector(nvml, uuids, self.busy_threshold)
 

@@ -50,6 +50,9 @@ class Inventory:
     # The node of each (driver, pool): a claim's devices all come from the node its pod runs
     # on. None for a pool that is not node-local (allNodes / nodeSelector).
     pool_node: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    # Whole GPUs their pool also publishes as the parent of MIG devices (NVIDIA DRA driver 25.8.0;
+    # fixed in 25.8.1): a whole-GPU claim could take a GPU that MIG sessions use.
+    cut: set[DeviceKey] = field(default_factory=set)
 
     @classmethod
     def from_slices(cls, slices: Iterable[Obj]) -> Inventory:
@@ -78,6 +81,7 @@ class Inventory:
                         )
                         for c in d["consumesCounters"]
                     ]
+        inv.cut = cut_gpus(inv.devices)
         return inv
 
     def candidates(self, match: DeviceMatch) -> list[DeviceKey]:
@@ -90,6 +94,25 @@ class Inventory:
         for k in keys:
             groups.setdefault(self.pool_node.get((k[0], k[1])), []).append(k)
         return list(groups.values())
+
+
+def _attr(device: Obj, name: str) -> Any:
+    a = (device.get("attributes") or {}).get(name) or {}
+    return a.get("string")
+
+
+def cut_gpus(devices: list[tuple[DeviceKey, Obj]]) -> set[DeviceKey]:
+    """Whole GPUs whose pool also has MIG devices with them as parent (by uuid), with nothing to
+    keep both from being allocated: a partitionable GPU's whole device shares counters with its
+    MIG devices (dynamic MIG), a cut GPU published whole does not."""
+    parents = {(k[0], k[1], _attr(d, "parentUUID")) for k, d in devices if _attr(d, "type") == "mig"}
+    return {
+        k
+        for k, d in devices
+        if _attr(d, "type") == "gpu"
+        and not d.get("consumesCounters")
+        and (k[0], k[1], _attr(d, "uuid")) in parents
+    }
 
 
 def allocated_devices(claims: Iterable[Obj]) -> set[DeviceKey]:
@@ -146,6 +169,62 @@ def selector_errors(inv: Inventory, parts: list[DeviceMatch]) -> int:
             if r is not True:
                 break
     return n
+
+
+def selector_error_sites(inv: Inventory, parts: list[DeviceMatch]) -> list[tuple[str, str, list[str]]]:
+    """(node or pool, device, names it lacks) for each device the selectors' CEL fails on (as in
+    `selector_errors`)."""
+    out = []
+    for key, d in inv.devices:
+        for m in parts:
+            r = m.evaluate(key[0], d)
+            if r is None:
+                out.append((inv.pool_node.get((key[0], key[1])) or key[1], key[2], m.missing(key[0], d)))
+            if r is not True:
+                break
+    return out
+
+
+def size_problems(request: GPURequest, inv: Inventory, classes: dict[str, Obj]) -> list[str]:
+    """Why this size cannot be trusted on these slices, one line each (empty: none): a selector
+    that reads an attribute or capacity some device lacks (the scheduler then fails the claim
+    instead of skipping that device: a user would wait forever), or a whole GPU the driver also
+    publishes cut into MIG devices."""
+    out: list[str] = []
+    alternatives = (
+        [(a.device_class, list(a.selectors)) for a in request.first_available]
+        if request.first_available
+        else [(request.device_class, list(request.selectors))]
+    )
+    for device_class, selectors in alternatives:
+        parts = size_parts([device_class], selectors, classes)
+        if parts is None:
+            continue
+        sites = selector_error_sites(inv, parts)
+        if sites:
+            node, device, names = sites[0]
+            what = " and ".join(repr(n) for n in names) or "a value"
+            more = f" (and {len(sites) - 1} more device(s))" if len(sites) > 1 else ""
+            out.append(
+                f"{_describe_size(device_class, selectors)}: its selector reads {what}, which device "
+                f"{device} on node {node} lacks{more}; the scheduler fails such a claim instead of "
+                "skipping the device"
+            )
+        match = size_match([device_class], selectors, classes)
+        cut = [k for k in inv.candidates(match) if k in inv.cut] if match is not None else []
+        if cut:
+            node = inv.pool_node.get((cut[0][0], cut[0][1])) or cut[0][1]
+            out.append(
+                f"{_describe_size(device_class, selectors)}: node {node} publishes {cut[0][2]} as a "
+                "whole GPU although it is cut into MIG devices (NVIDIA DRA driver 25.8.0, fixed in "
+                "25.8.1), so a claim of this size could take a GPU that MIG sessions use; upgrade "
+                "the driver"
+            )
+    return out
+
+
+def _describe_size(device_class: str, selectors: list[str]) -> str:
+    return f"size {device_class}" + (f" [{' && '.join(selectors)}]" if selectors else "")
 
 
 def size_match(
@@ -310,6 +389,9 @@ def size_figures(
             )
             if slice_memo is not None:
                 slice_memo[(match, parts)] = cached
+        cut = [k for k in cached[0] if k in inv.cut]
+        if cut:
+            return _unknown(request, "; ".join(size_problems(request, inv, classes)))
         if cached[2]:
             return _unknown(
                 request,

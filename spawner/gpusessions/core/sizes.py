@@ -178,6 +178,18 @@ class DeviceMatch:
                 return False
         return None if error else True
 
+    def missing(self, driver: str, device: Obj) -> list[str]:
+        """The attributes and capacities this match reads that make its CEL fail on the device
+        (absent, or a version compared as a string): what `evaluate` reports as None."""
+        if driver != self.driver:
+            return []
+        attrs = device.get("attributes") or {}
+        caps = device.get("capacity") or {}
+        out = [k for k, _ in self.attributes if (attrs.get(k) is None or "version" in attrs[k])]
+        out += [k for k, _ in self.versions_at_least if "version" not in (attrs.get(k) or {})]
+        out += [k for k, _ in self.capacity_at_least if caps.get(k) is None]
+        return out
+
     def merge(self, other: DeviceMatch) -> DeviceMatch | None:
         """Both matches at once (None if they can never hold together)."""
         if self.driver != other.driver:
@@ -293,8 +305,10 @@ def _balanced(s: str) -> bool:
     return depth == 0
 
 
-# A MIG profile's name, `<N>g.<M>gb`: N of the GPU's 7 compute slices and about M GB of memory.
-MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb$")
+# A MIG profile's name, `<N>g.<M>gb`: N of the GPU's 7 compute slices and about M GB of memory;
+# `+me` and the like (`1g.10gb+me`: with the media engines, published with dynamic MIG) are
+# still N slices.
+MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+[a-z.]+)?$")
 
 
 def mig_slices(device: Obj | None) -> int | None:

@@ -172,3 +172,6 @@ def configure_hub(c: Any) -> None:
     """Add the gpusessions endpoints and page templates to a JupyterHub config object."""
     c.JupyterHub.extra_handlers = [*list(c.JupyterHub.get("extra_handlers", []) or []), *handlers()]
     c.JupyterHub.template_paths = [TEMPLATES, *list(c.JupyterHub.get("template_paths", []) or [])]
+    from gpusessions.hub import sizecheck
+
+    sizecheck.schedule(c)

@@ -559,7 +559,7 @@ class GPUSessionSpawner(KubeSpawner):
 
     async def _refuse_if_size_missing(self, request: C.GPURequest) -> None:
         """Refuse at once when no device of this size exists at all (not merely all in use)."""
-        from gpusessions.core.availability import size_figures
+        from gpusessions.core.availability import size_figures, size_problems
         from gpusessions.kube.watch import cluster_view
 
         try:
@@ -579,6 +579,14 @@ class GPUSessionSpawner(KubeSpawner):
                 f"No GPU of this size ({request.describe()}) exists on this cluster, so waiting "
                 "would not help. Pick another size or ask your admin.",
                 reason="gpu-size-missing",
+            )
+        problems = size_problems(request, inv, classes)
+        if problems:
+            # A claim the scheduler would fail (or could place on a GPU cut into MIG devices):
+            # say why now instead of letting the user wait.
+            raise SpawnRefused(
+                f"This GPU size cannot be used on this cluster: {problems[0]}. Ask your admin.",
+                reason="gpu-size-broken",
             )
 
     async def _release_previous_gpu_for_cpu_profile(self) -> None:

@@ -1,0 +1,106 @@
+"""The size definition check at hub start: every configured GPU size against the cluster.
+
+A size whose selector reads an attribute or capacity that some device lacks is not skipped on
+that device by the scheduler: the CEL error fails the claim, and a user would wait for a GPU
+forever. A cluster whose driver (25.8.0) publishes a GPU both whole and cut into MIG devices lets
+a whole-GPU claim take a GPU that MIG sessions use. Both are found from the slices when the hub
+starts and logged as errors, one line per size and problem, naming the attribute and the node
+(`core.availability.size_problems`); the spawner refuses such a size with the same line.
+
+`schedule(c)` (called by `configure_hub`) runs the check once the hub's event loop runs, on the
+profile list the configuration ended with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from gpusessions.core.availability import Inventory, size_problems
+from gpusessions.core.claims import GPURequest
+
+log = logging.getLogger("JupyterHub")
+START_DELAY = 2.0  # seconds after the config is loaded: the hub is up by then
+READY_TIMEOUT = 60.0
+_TASKS: set[asyncio.Task[Any]] = set()  # strong references while the checks run
+
+
+def problems(requests: list[tuple[str, GPURequest]], inv: Inventory, classes: dict[str, Any]) -> list[str]:
+    """`profile <slug>: <problem>` for each GPU profile's problems on these slices."""
+    return [
+        f"profile {slug}: {line}"
+        for slug, request in requests
+        if request.wants_gpu
+        for line in size_problems(request, inv, classes)
+    ]
+
+
+class _Settings:
+    """The spawner's GPU settings from the hub config (class defaults where unset): what a
+    profile's overrides apply to."""
+
+    def __init__(self, config: Any):
+        from gpusessions.hub.spawner import GPUSessionSpawner
+
+        self._config = config
+        self._traits = GPUSessionSpawner.class_traits()
+
+    def __getattr__(self, name: str) -> Any:
+        for section in ("GPUSessionSpawner", "KubeSpawner"):
+            sect = self._config.get(section) or {}
+            if name in sect:
+                return sect[name]
+        trait = self._traits.get(name)
+        if trait is None:
+            raise AttributeError(name)
+        return trait.default()
+
+
+def requests_of(config: Any) -> list[tuple[str, GPURequest]]:
+    from gpusessions.hub.picker import profile_request
+
+    settings = _Settings(config)
+    out = []
+    for p in list((config.get("KubeSpawner") or {}).get("profile_list") or []):
+        try:
+            out.append((str(p.get("slug", "")), profile_request(settings, p)))
+        except (TypeError, ValueError, AttributeError) as e:
+            log.error("gpusessions size check: profile %s: invalid settings: %s", p.get("slug"), e)
+    return out
+
+
+async def check(config: Any, timeout: float = READY_TIMEOUT) -> list[str]:
+    """Log and return the problems of the configured sizes on the cluster's slices."""
+    from gpusessions.kube.watch import cluster_view
+
+    try:
+        view = cluster_view()
+        if not await view.wait_ready(timeout=timeout) or view.errors:
+            log.warning("gpusessions size check: no cluster view after %.0fs; not checked", timeout)
+            return []
+        inv, _, _, classes = view.derived()
+        found = problems(requests_of(config), inv, classes)
+    except Exception as e:  # a check must never stop the hub
+        log.warning("gpusessions size check failed: %s", e)
+        return []
+    for line in found:
+        log.error("gpusessions size check: %s", line)
+    if not found:
+        log.info("gpusessions size check: every GPU size can be allocated as defined")
+    return found
+
+
+def schedule(config: Any) -> None:
+    """Run `check` once the hub runs (the hub loads its config inside its event loop)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # not inside a starting hub (a unit test, a config check)
+
+    def start() -> None:
+        task = loop.create_task(check(config))
+        _TASKS.add(task)
+        task.add_done_callback(_TASKS.discard)
+
+    loop.call_later(START_DELAY, start)
