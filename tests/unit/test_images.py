@@ -1,5 +1,5 @@
 """The Dockerfiles: hadolint clean, their COPY sources exist, and the holder's agent needs
-nothing of JupyterHub (its image installs the package without dependencies)."""
+nothing of JupyterHub (its image installs the `agent` extra only: tests/unit/test_packaging.py)."""
 
 from __future__ import annotations
 
