@@ -141,6 +141,24 @@ async def test_start_timeout_covers_the_gpu_wait_of_gpu_profiles_only(
 
 
 @in_loop
+async def test_start_sets_start_timeout_from_the_configured_one() -> None:
+    spawner = GPUSessionSpawner(_mock=True, profile_list=PROFILES, start_timeout=60)
+
+    async def fake_start() -> None:
+        return None
+
+    spawner._start = fake_start  # type: ignore[method-assign]
+    for options, expected in [({"profile": "mig"}, 90), ({"profile": "cpu"}, 60), ({"profile": "mig"}, 90)]:
+        spawner.user_options = options
+        await spawner.start()
+        assert spawner.start_timeout == expected
+    spawner.start_timeout = 100  # set by hand (or a profile's override) since the last start
+    spawner.user_options = {"profile": "cpu"}
+    await spawner.start()
+    assert spawner.start_timeout == 100
+
+
+@in_loop
 async def test_start_timeout_without_profiles_follows_the_spawners_own_gpu() -> None:
     cpu = GPUSessionSpawner(_mock=True, start_timeout=60)
     gpu = GPUSessionSpawner(_mock=True, start_timeout=60, gpu_device_class="gpu.nvidia.com")

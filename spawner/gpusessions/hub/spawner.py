@@ -97,6 +97,8 @@ class InvalidUserOptions(SpawnRefused, ValueError):
 class GPUSessionSpawner(KubeSpawner):
     """KubeSpawner whose GPU profiles keep their GPU across notebook restarts."""
 
+    start_timeout: int  # JupyterHub's trait, typed for mypy (start raises it for a GPU profile)
+
     gpu_device_class = Unicode(
         "",
         config=True,
@@ -286,7 +288,9 @@ class GPUSessionSpawner(KubeSpawner):
         self._profile_applied = False  # load_user_options applied the profile in this process
         self._gpu_started = False  # start() ran and stop() has not run since
         self._creating_pod = False  # inside KubeSpawner's notebook pod create (see stop)
-        self._base_start_timeout: int = int(self.start_timeout)  # as configured (see start)
+        # start_timeout as configured, and as start() last raised it (see start).
+        self._base_start_timeout: int = int(self.start_timeout)
+        self._raised_start_timeout: int = self._base_start_timeout
 
     @staticmethod
     def _overrides(profile: dict[str, Any]) -> list[dict[str, Any]]:
@@ -612,8 +616,12 @@ class GPUSessionSpawner(KubeSpawner):
         self._gpu_messages = []
         self._gpu_phase_done.clear()
         self._gpu_started = True
-        # The start timeout covers the wait for a GPU too, for a profile that asks for one.
-        self.start_timeout = int(self._base_start_timeout + self._allocation_wait())
+        # The start timeout covers the wait for a GPU too, for a profile that asks for one
+        # (a start_timeout set since the last start is the new base).
+        if self.start_timeout != self._raised_start_timeout:
+            self._base_start_timeout = int(self.start_timeout)
+        self._raised_start_timeout = int(self._base_start_timeout + self._allocation_wait())
+        self.start_timeout = self._raised_start_timeout
         return super().start()
 
     async def get_pod_manifest(self) -> Any:
