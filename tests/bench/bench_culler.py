@@ -23,9 +23,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster")]
 
+from gpusessions.culler.cycle import Culler  # noqa: E402
 from gpusessions.culler.model import iso  # noqa: E402
 from gpusessions.culler.policy import Policy, Rules  # noqa: E402
-from gpusessions.culler.service import Culler  # noqa: E402
 from localcluster.testing import allocation_status  # noqa: E402
 
 

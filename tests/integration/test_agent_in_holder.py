@@ -14,6 +14,7 @@ import pytest
 from gpusessions.core.claims import AGENT_PORT, GPURequest, HolderSettings, build_claim, build_holder_pod
 from localcluster import waits
 from localcluster.kubeapi import KubeAPI
+from promtext import value
 
 from .hubtools import process_env
 
@@ -63,7 +64,7 @@ def test_holder_runs_the_agent_on_its_device(api: KubeAPI, namespace: str, load_
     assert d["memory_used"] == 4096 * 2**20 and d["last_busy"]
     with urllib.request.urlopen(f"http://{ip}:{AGENT_PORT}/metrics", timeout=10) as r:
         text = r.read().decode()
-    assert f'gpusessions_gpu_busy{{uuid="{uuid}",kind="mig",source="gpm-sm-activity"}} 1' in text
+    assert value(text, "gpusessions_gpu_busy", uuid=uuid, kind="mig", source="gpm-sm-activity") == 1
 
     # The agent dies: the holder restarts it and keeps the claim.
     pid = int(

@@ -12,6 +12,7 @@ from tornado.testing import AsyncHTTPTestCase
 from gpusessions.agent import fakenvml
 from gpusessions.agent.collect import Collector, visible_uuids
 from gpusessions.agent.server import AgentState, make_app, prometheus
+from promtext import value
 
 GPU = "GPU-11111111-1111-1111-1111-111111111111"
 H100 = "GPU-22222222-2222-2222-2222-222222222222"
@@ -127,9 +128,11 @@ def test_prometheus_text(nvml: Any) -> None:
     state.sample(now=10)
     text = prometheus(state)
     assert "gpusessions_nvml_up 1" in text
-    assert f'gpusessions_gpu_activity_percent{{uuid="{GPU}",kind="gpu",source="utilization"}} 50.0' in text
-    assert f'gpusessions_gpu_busy{{uuid="{A100_MIG}",kind="mig",source="unknown"}} 0' in text
-    assert f'gpusessions_gpu_activity_percent{{uuid="{A100_MIG}"' not in text, "unknown activity is absent"
+    gpu = {"uuid": GPU, "kind": "gpu", "source": "utilization"}
+    assert value(text, "gpusessions_gpu_activity_percent", **gpu) == 50.0
+    mig = {"uuid": A100_MIG, "kind": "mig", "source": "unknown"}
+    assert value(text, "gpusessions_gpu_busy", **mig) == 0
+    assert value(text, "gpusessions_gpu_activity_percent", **mig) is None, "unknown activity is absent"
 
 
 class AgentHTTPTest(AsyncHTTPTestCase):

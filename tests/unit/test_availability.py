@@ -246,3 +246,21 @@ def test_a_size_matching_gpus_of_different_memory_shows_the_range() -> None:
     f = profile_figures({"slug": "a100x2"}, a100, inv, set(), CLASSES, left)
     assert f["memory"] == f["memory_max"] == 2 * 81920 * 2**20
     assert memory_text(f["memory"], f["memory_max"]) == "160.0 GiB"
+
+
+def test_semver_is_semver_2_exactly() -> None:
+    """What Kubernetes' CEL semver() refuses is refused here too (leading zeros in a numeric
+    pre-release identifier, empty identifiers, whitespace); build metadata never counts."""
+    for bad in ("1.2.3-01", "1.2.3-a..b", "1.2.3+", " 1.2.3", "1.2.3\n", "1.2.3-a_b", "1.2"):
+        with pytest.raises(ValueError, match="not a semantic version"):
+            semver(bad)
+    assert semver("1.2.3-0a") < semver("1.2.3") and semver("1.0.0-2") < semver("1.0.0-11")
+    assert semver("1.0.0+b.01") == semver("1.0.0+a")
+
+
+def test_quantity_is_the_apimachinery_grammar() -> None:
+    assert quantity("9984Mi") == 9984 * 2**20 and quantity("100m") * 10 == 1 and quantity("1.5G") == 1.5e9
+    assert quantity("1e3") == 1000 and quantity(7) == 7
+    for bad in ("NaN", "Infinity", "1_000", "2K", "1mi", "", "Gi"):
+        with pytest.raises(ValueError, match="not a quantity"):
+            quantity(bad)

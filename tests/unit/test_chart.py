@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -252,6 +253,14 @@ def test_hub_settings_drive_the_hub_config(tmp_path: Path) -> None:
     (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpusessions"]
     assert svc["url"] == "http://gpusessions-culler.jhub.svc:10101"
     assert "command" not in svc  # the chart's Deployment runs it
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_rendered_settings_meet_the_settings_schema(name: str, tmp_path: Path) -> None:
+    """What the chart renders is what the hub's one schema (hub/settings.schema.json) accepts."""
+    settings = settings_of(template(tmp_path, VALUE_SETS[name]))
+    jsonschema.Draft202012Validator(hubsetup.SCHEMA).validate(settings)
+    assert hubsetup.check(settings) == settings
 
 
 def test_culler_merges_into_the_service_z2jh_declares(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from traitlets.config import Config
 
@@ -24,39 +25,39 @@ def _doc(**over: Any) -> dict[str, Any]:
     return {"sizes": [dict(SIZE)], **over}
 
 
-@pytest.mark.parametrize(
-    ("doc", "message"),
-    [
-        ([], "top level: must be a mapping"),
-        ({"sizes": [], "sizez": 1}, "unknown key(s) ['sizez']"),
-        ({}, "missing key(s) ['sizes']"),
-        (_doc(sizes=[{**SIZE, "name": "Bad Name"}]), "sizes[0].name: 'Bad Name' is not a valid name"),
-        (_doc(sizes=[SIZE, SIZE]), "sizes[1].name: 'mig-1g-10gb' is used twice"),
-        (_doc(sizes=[{**SIZE, "name": "cpu"}]), "is used twice (or reserved)"),
-        (_doc(sizes=[{**SIZE, "count": "2"}]), "sizes[0].count: must be 1 to 8"),
-        (_doc(sizes=[{**SIZE, "count": 9}]), "sizes[0].count: must be 1 to 8"),
-        (_doc(sizes=[{**SIZE, "match": {"attributes": {"a": [1]}}}]), "sizes[0].match: attribute a must be"),
-        (_doc(sizes=[{**SIZE, "match": {"capacity": {"memory": "lots"}}}]), "not a quantity"),
-        (_doc(sizes=[{**SIZE, "priorityClass": "urgent"}]), "sizes[0].priorityClass"),
-        (_doc(kai={"enabled": True, "queues": {}}), "kai.queues: KAI is enabled but no queue"),
-        (
-            _doc(kai={"enabled": True, "queues": {"a": {"groups": ["g"]}, "b": {"groups": ["g"]}}}),
-            "kai.queues.b.groups: group 'g' is also in a",
-        ),
-        (
-            _doc(kai={"enabled": True, "queues": {"a": {"groups": []}}, "defaultQueue": "z"}),
-            "kai.defaultQueue: 'z' is not one of kai.queues",
-        ),
-        (
-            _doc(kai={"enabled": True, "queues": {"a": {"groups": [], "gpuEquivalents": -1}}}),
-            "gpuEquivalents",
-        ),
-        (_doc(holder={"onHolderLoss": "panic"}), "holder.onHolderLoss"),
-        (_doc(holder={"persistKernels": "yes"}), "holder.persistKernels: must be true or false"),
-        (_doc(culler={"enabled": True}), "culler: give exactly one of url (external) or args"),
-        (_doc(culler={"enabled": True, "url": "http://x", "admins": "admin"}), "culler.admins"),
-    ],
-)
+WRONG: list[tuple[Any, str]] = [
+    ([], "top level: must be a mapping"),
+    ({"sizes": [], "sizez": 1}, "unknown key(s) ['sizez']"),
+    ({}, "missing key(s) ['sizes']"),
+    (_doc(sizes=[{**SIZE, "name": "Bad Name"}]), "sizes[0].name: 'Bad Name' is not a valid name"),
+    (_doc(sizes=[SIZE, SIZE]), "sizes[1].name: 'mig-1g-10gb' is used twice"),
+    (_doc(sizes=[{**SIZE, "name": "cpu"}]), "is used twice (or reserved)"),
+    (_doc(sizes=[{**SIZE, "count": "2"}]), "sizes[0].count: must be 1 to 8"),
+    (_doc(sizes=[{**SIZE, "count": 9}]), "sizes[0].count: must be 1 to 8"),
+    (_doc(sizes=[{**SIZE, "match": {"attributes": {"a": [1]}}}]), "sizes[0].match: attribute a must be"),
+    (_doc(sizes=[{**SIZE, "match": {"capacity": {"memory": "lots"}}}]), "not a quantity"),
+    (_doc(sizes=[{**SIZE, "priorityClass": "urgent"}]), "sizes[0].priorityClass"),
+    (_doc(kai={"enabled": True, "queues": {}}), "kai.queues: KAI is enabled but no queue"),
+    (
+        _doc(kai={"enabled": True, "queues": {"a": {"groups": ["g"]}, "b": {"groups": ["g"]}}}),
+        "kai.queues.b.groups: group 'g' is also in a",
+    ),
+    (
+        _doc(kai={"enabled": True, "queues": {"a": {"groups": []}}, "defaultQueue": "z"}),
+        "kai.defaultQueue: 'z' is not one of kai.queues",
+    ),
+    (
+        _doc(kai={"enabled": True, "queues": {"a": {"groups": [], "gpuEquivalents": -1}}}),
+        "gpuEquivalents",
+    ),
+    (_doc(holder={"onHolderLoss": "panic"}), "holder.onHolderLoss"),
+    (_doc(holder={"persistKernels": "yes"}), "holder.persistKernels: must be true or false"),
+    (_doc(culler={"enabled": True}), "culler: give exactly one of url (external) or args"),
+    (_doc(culler={"enabled": True, "url": "http://x", "admins": "admin"}), "culler.admins"),
+]
+
+
+@pytest.mark.parametrize(("doc", "message"), WRONG)
 def test_wrong_settings_are_refused_with_the_key(doc: Any, message: str) -> None:
     with pytest.raises(hubsetup.SettingsError) as e:
         hubsetup.check(doc)
@@ -65,6 +66,47 @@ def test_wrong_settings_are_refused_with_the_key(doc: Any, message: str) -> None
     with pytest.raises(hubsetup.SettingsError):
         hubsetup.apply(c, doc)
     assert "spawner_class" not in c.JupyterHub  # nothing was set
+
+
+# What a JSON schema cannot state: rules across items, and a size's match read as a DeviceMatch.
+ACROSS_ITEMS = (
+    "is used twice",
+    "is also in",
+    "is not one of kai.queues",
+    "sizes[0].match:",
+    "not a quantity",
+)
+
+
+def test_the_schema_alone_refuses_what_check_refuses() -> None:
+    """settings.schema.json is the document's one schema: any JSON Schema validator (an editor,
+    CI, another tool) refuses the wrong documents that check() refuses, but for the rules across
+    items that check() adds after it."""
+    validator = jsonschema.Draft202012Validator(hubsetup.SCHEMA)
+    for doc, message in WRONG:
+        if any(m in message for m in ACROSS_ITEMS):
+            continue
+        assert not validator.is_valid(doc), message
+    assert validator.is_valid(_doc())
+    assert not validator.is_valid(_doc(kai={"enabled": True}))  # no queues at all
+    assert validator.is_valid(_doc(kai={"enabled": False, "queues": "anything while KAI is off"}))
+
+
+def test_schema_messages_name_the_key() -> None:
+    for doc, message in [
+        (_doc(sizes=[{**SIZE, "name": "ok\n"}]), "sizes[0].name: 'ok\\n' is not a valid name"),
+        (_doc(sizes=[{**SIZE, "count": 2.0}]), "sizes[0].count: must be 1 to 8, not 2.0"),
+        (_doc(sizes=[{**SIZE, "count": True}]), "sizes[0].count: must be 1 to 8, not True"),
+        (_doc(sizes=[{**SIZE, "deviceClass": ""}]), "sizes[0].deviceClass: must not be empty"),
+        (_doc(holder={"agentTokenSecret": "Bad"}), "holder.agentTokenSecret: 'Bad' is not a valid name"),
+        (_doc(kai={"enabled": True}), "KAI is enabled but no queue is defined"),
+        (_doc(culler={"enabled": True, "url": "u", "args": []}), "culler: give exactly one of url"),
+        (_doc(culler={"enabled": True, "url": "u", "admins": [1]}), "culler.admins[0]: a list of names"),
+        (_doc(sizes=[{**SIZE, "match": {"versions": {}}}]), "sizes[0].match: unknown key(s) ['versions']"),
+    ]:
+        with pytest.raises(hubsetup.SettingsError) as e:
+            hubsetup.check(doc)
+        assert message in str(e.value)
 
 
 def test_missing_and_broken_files(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ nothing of JupyterHub (its image installs the `agent` extra only: tests/unit/tes
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -60,6 +61,21 @@ def test_holder_agent_imports_without_jupyterhub() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_holder_agent_imports_only_what_its_image_installs() -> None:
+    """The holder image installs the wheel with its `agent` extra (tests/unit/test_packaging.py)."""
+    code = (
+        "import sys, gpusessions.agent.__main__, gpusessions.agent.fakenvml\n"
+        "top = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)\n"
+        "print(sorted(m for m in top if not m.startswith('_')))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    installed = {"gpusessions", "pynvml", "prometheus_client", "tornado"}  # pynvml: nvidia-ml-py
+    assert set(ast.literal_eval(r.stdout)) <= installed, r.stdout
+    text = (ROOT / "images" / "holder" / "Dockerfile").read_text()
+    assert '"$(ls /tmp/wheels/*.whl)[agent]"' in text and "--no-deps" not in text
 
 
 def test_spawner_entry_point_still_resolves() -> None:

@@ -122,8 +122,8 @@ def test_each_part_declares_what_it_imports(part: str) -> None:
 
 
 def test_the_agent_installs_no_jupyterhub() -> None:
-    """The holder image stays small: tornado and NVML bindings."""
-    assert declared("agent") == {"tornado", "nvidia-ml-py"}
+    """The holder image stays small: tornado, NVML bindings and the Prometheus client."""
+    assert declared("agent") == {"tornado", "nvidia-ml-py", "prometheus-client"}
 
 
 # Declared for a program the part runs rather than a module it imports.

@@ -7,10 +7,14 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector as PromCollector
 from tornado import web
 from tornado.ioloop import PeriodicCallback
 
@@ -88,44 +92,54 @@ class AgentState:
         await self.kernels.refresh(memory)
 
 
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+# name, help, value of a reading (None: no sample for that device)
+_GAUGES: list[tuple[str, str, Callable[[Reading], float | int | None]]] = [
+    ("gpusessions_gpu_memory_used_bytes", "GPU memory in use.", lambda r: r.memory_used),
+    ("gpusessions_gpu_memory_total_bytes", "GPU memory of the device.", lambda r: r.memory_total),
+    ("gpusessions_gpu_processes", "Compute processes on the device.", lambda r: r.processes),
+    (
+        "gpusessions_gpu_activity_percent",
+        "Utilization (whole GPU) or GPM SM activity (MIG); absent when NVML cannot tell.",
+        lambda r: r.activity,
+    ),
+    (
+        "gpusessions_gpu_busy",
+        "1 if activity (or, when unknown, a process) is at the busy threshold.",
+        lambda r: int(r.busy),
+    ),
+    (
+        "gpusessions_gpu_last_busy_timestamp_seconds",
+        "When the device was last busy (unix time).",
+        lambda r: r.last_busy,
+    ),
+]
+
+
+class AgentCollector(PromCollector):
+    """The agent's gauges, read from its state at each scrape."""
+
+    def __init__(self, state: AgentState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        ok = self.state.status()["nvml"]["ok"]
+        yield GaugeMetricFamily(
+            "gpusessions_nvml_up", "Whether the agent can read NVML.", value=1 if ok else 0
+        )
+        for name, help_text, get in _GAUGES:
+            family = GaugeMetricFamily(name, help_text, labels=["uuid", "kind", "source"])
+            for r in self.state.readings:
+                v = get(r)
+                if v is not None:
+                    family.add_metric([r.uuid, r.kind, r.activity_source], v)
+            yield family
 
 
 def prometheus(state: AgentState) -> str:
-    lines = [
-        "# HELP gpusessions_nvml_up Whether the agent can read NVML.",
-        "# TYPE gpusessions_nvml_up gauge",
-        f"gpusessions_nvml_up {1 if state.status()['nvml']['ok'] else 0}",
-    ]
-    metrics = [
-        ("gpusessions_gpu_memory_used_bytes", "GPU memory in use.", lambda r: r.memory_used),
-        ("gpusessions_gpu_memory_total_bytes", "GPU memory of the device.", lambda r: r.memory_total),
-        ("gpusessions_gpu_processes", "Compute processes on the device.", lambda r: r.processes),
-        (
-            "gpusessions_gpu_activity_percent",
-            "Utilization (whole GPU) or GPM SM activity (MIG); absent when NVML cannot tell.",
-            lambda r: r.activity,
-        ),
-        (
-            "gpusessions_gpu_busy",
-            "1 if activity (or, when unknown, a process) is at the busy threshold.",
-            lambda r: int(r.busy),
-        ),
-        (
-            "gpusessions_gpu_last_busy_timestamp_seconds",
-            "When the device was last busy (unix time).",
-            lambda r: r.last_busy,
-        ),
-    ]
-    for name, help_text, get in metrics:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        for r in state.readings:
-            v = get(r)
-            if v is not None:
-                labels = f'uuid="{_esc(r.uuid)}",kind="{_esc(r.kind)}",source="{_esc(r.activity_source)}"'
-                lines.append(f"{name}{{{labels}}} {v}")
-    return "\n".join(lines) + "\n"
+    """The text /metrics serves (a registry per scrape: the values are the state's now)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(state))
+    return generate_latest(registry).decode()
 
 
 class _Base(web.RequestHandler):

@@ -13,7 +13,23 @@ Python matcher never matches it either (`evaluate` says None: an error); compare
 
 `parse_cel` reads back exactly that form of CEL (and the NVIDIA driver's
 DeviceClass selectors, which have it); any other CEL returns None and the
-picker shows the availability of that size as unknown.
+picker shows the availability of that size as unknown. It stays our own, and
+narrow, on purpose: what the picker needs back is the structured match (to
+merge a profile's selectors with its DeviceClass's, and to count devices),
+not a CEL evaluator, and a general CEL library (cel-python) knows none of
+Kubernetes' `quantity()`/`semver()`/`compareTo` functions nor DRA's `device`
+variable. Reading back only the form we generate means a selector we cannot
+read exactly is "unknown", never a guess. Keep it that way: a new kind of
+term goes into `DeviceMatch` (both its `cel()` and `evaluate()`) first.
+
+Libraries: versions are parsed by `semver` (python-semver, semver.org 2.0
+exactly, as Kubernetes' CEL `semver()` does; `packaging` is PEP 440, which
+reads `1.0.0-beta.11` differently). Quantities keep `quantity` below: the
+released kubernetes_asyncio (36.1) ships no `utils.quantity`, the synchronous
+`kubernetes` client's `parse_quantity` is in a distribution this package does
+not otherwise need, and that function also takes what the API server refuses
+(`NaN`, `Infinity`, `1_000`, `2K`); ours is the apimachinery grammar, exact
+(`Fraction`) and refusing anything else.
 """
 
 from __future__ import annotations
@@ -22,6 +38,8 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
+
+from semver import Version
 
 Obj = dict[str, Any]
 DRIVER = "gpu.nvidia.com"
@@ -63,25 +81,14 @@ def quantity(q: str | int) -> Fraction:
     return num * _SUFFIX[m.group(3) or ""]
 
 
-_SEMVER = re.compile(
-    r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
-    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*))*))?"
-    r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
-)
-
-
-def semver(v: str) -> tuple[Any, ...]:
-    """A semantic version (semver.org 2.0, as CEL's `semver()` parses it) as a key that sorts by
-    precedence: a pre-release comes before its release; build metadata is ignored."""
-    m = _SEMVER.match(v)
-    if not m:
-        raise ValueError(f"not a semantic version: {v!r}")
-    pre = m.group(4)
-    ids: tuple[tuple[int, int, str], ...] = (
-        tuple((0, int(i), "") if i.isdigit() else (1, 0, i) for i in pre.split(".")) if pre else ()
-    )
-    # No pre-release sorts after any pre-release of the same version.
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3)), 0 if pre else 1, ids)
+def semver(v: str) -> Version:
+    """A semantic version (semver.org 2.0, as the scheduler's CEL `semver()` parses it: strictly,
+    no `v` prefix, no missing minor or patch, no leading zeros), ordered by precedence: a
+    pre-release comes before its release; build metadata is ignored."""
+    try:
+        return Version.parse(v)
+    except (ValueError, TypeError):
+        raise ValueError(f"not a semantic version: {v!r}") from None
 
 
 def _literal(v: str | int | bool) -> str:

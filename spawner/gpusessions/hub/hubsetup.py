@@ -3,7 +3,9 @@
 The companion chart renders `settings.json` (ConfigMap `gpusessions-hub-settings`,
 mounted into z2jh's hub pod); `hub_config/chart_config.py` reads it and calls
 `apply(c, settings)`. The demo builds the same document in `hub_config/demo_config.py`.
-`check()` refuses a wrong document with a message naming the key, before anything is set.
+`check()` refuses a wrong document with a message naming the key, before anything is set:
+the document's one schema is `settings.schema.json` beside this module (jsonschema), and
+check() adds only the rules across items that a schema cannot state.
 
     {"sizes": [{"name", "displayName", "description", "deviceClass", "count", "default",
                 "match"?, "priorityClass"?, "persistKernels"?}],
@@ -18,17 +20,16 @@ mounted into z2jh's hub pod); `hub_config/chart_config.py` reads it and calls
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
+
+import jsonschema
 
 from gpusessions.core.sizes import DeviceMatch
 from gpusessions.culler.hubconfig import configure_culler
 from gpusessions.hub.handlers import configure_hub
 
 Obj = dict[str, Any]
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_PRIORITIES = {"build", "build-preemptible", "train", "inference"}
 
 
 class SettingsError(ValueError):
@@ -54,126 +55,80 @@ def _expect(cond: bool, where: str, what: str) -> None:
         raise SettingsError(f"gpusessions settings: {where}: {what}")
 
 
-def _keys(obj: Any, where: str, allowed: set[str], required: set[str] | None = None) -> Obj:
-    required = required or set()
-    _expect(isinstance(obj, dict), where, "must be a mapping")
-    unknown = sorted(set(obj) - allowed)
-    _expect(not unknown, where, f"unknown key(s) {unknown}; known: {sorted(allowed)}")
-    missing = sorted(required - set(obj))
-    _expect(not missing, where, f"missing key(s) {missing}")
-    return obj
+SCHEMA_PATH = Path(__file__).with_name("settings.schema.json")
+SCHEMA: Obj = json.loads(SCHEMA_PATH.read_text())
+# JSON Schema counts 2.0 as an integer; a size's count is an int (as it always was here), not a bool.
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, v: isinstance(v, int) and not isinstance(v, bool)
+    ),
+)
+_Validator.check_schema(SCHEMA)
+_VALIDATOR = _Validator(SCHEMA)
+_TYPE_WORDS = {"object": "must be a mapping", "array": "must be a list"}
 
 
-def _str(v: Any, where: str, pattern: re.Pattern[str] | None = None, empty: bool = True) -> str:
-    _expect(isinstance(v, str), where, f"must be a string, not {v!r}")
-    _expect(empty or v != "", where, "must not be empty")
-    if pattern is not None and v:
-        _expect(bool(pattern.fullmatch(v)), where, f"{v!r} is not a valid name ({pattern.pattern})")
-    return str(v)
+def _where(path: Any) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "top level"
 
 
-def _bool(v: Any, where: str) -> bool:
-    _expect(isinstance(v, bool), where, f"must be true or false, not {v!r}")
-    return bool(v)
+def _message(e: jsonschema.ValidationError) -> str:
+    """One schema error in words, as check() always said it (the schema's `x-messages` first)."""
+    value, schema = e.instance, e.schema if isinstance(e.schema, dict) else {}
+    custom = (schema.get("x-messages") or {}).get(str(e.validator))
+    if custom:
+        return str(custom).format(value=value)
+    if e.validator == "type":
+        want = e.validator_value
+        if want in _TYPE_WORDS:
+            return _TYPE_WORDS[want]
+        return f"must be {'true or false' if want == 'boolean' else 'a ' + str(want)}, not {value!r}"
+    if e.validator == "additionalProperties":
+        known = sorted(schema.get("properties", {}))
+        return f"unknown key(s) {sorted(set(value) - set(known))}; known: {known}"
+    if e.validator == "required":
+        return f"missing key(s) {sorted(k for k in e.validator_value if k not in value)}"
+    if e.validator == "minLength":
+        return "must not be empty"
+    if e.validator == "enum":
+        return f"one of {sorted(e.validator_value)}"
+    return e.message
 
 
 def check(doc: Any) -> Obj:
-    """Validate a settings document; returns it unchanged or raises SettingsError."""
-    top = _keys(doc, "top level", {"sizes", "cpuProfile", "kai", "holder", "culler"}, {"sizes"})
-    sizes = top["sizes"]
-    _expect(isinstance(sizes, list), "sizes", "must be a list")
-    seen: set[str] = set()
-    for i, s in enumerate(sizes):
+    """Validate a settings document; returns it unchanged or raises SettingsError.
+
+    First the one schema (settings.schema.json, with jsonschema), then what a schema cannot say:
+    the rules across items."""
+    error = next(iter(_VALIDATOR.iter_errors(doc)), None)
+    if error is not None:
+        raise SettingsError(f"gpusessions settings: {_where(error.absolute_path)}: {_message(error)}")
+    top: Obj = doc
+    seen = {"cpu"}  # the CPU profile's slug
+    for i, s in enumerate(top["sizes"]):
         w = f"sizes[{i}]"
-        _keys(
-            s,
-            w,
-            {"name", "displayName", "description", "deviceClass", "count", "default"}
-            | {"match", "priorityClass", "persistKernels"},
-            {"name", "displayName", "deviceClass"},
-        )
-        name = _str(s["name"], f"{w}.name", _NAME, empty=False)
-        _expect(name not in seen and name != "cpu", f"{w}.name", f"{name!r} is used twice (or reserved)")
-        seen.add(name)
-        _str(s["displayName"], f"{w}.displayName", empty=False)
-        _str(s.get("description", ""), f"{w}.description")
-        _str(s["deviceClass"], f"{w}.deviceClass", re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"), empty=False)
-        count = s.get("count", 1)
-        _expect(type(count) is int and 1 <= count <= 8, f"{w}.count", f"must be 1 to 8, not {count!r}")
-        _bool(s.get("default", False), f"{w}.default")
-        if "priorityClass" in s:
-            _expect(s["priorityClass"] in _PRIORITIES, f"{w}.priorityClass", f"one of {sorted(_PRIORITIES)}")
-        if "persistKernels" in s:
-            _bool(s["persistKernels"], f"{w}.persistKernels")
+        _expect(s["name"] not in seen, f"{w}.name", f"{s['name']!r} is used twice (or reserved)")
+        seen.add(s["name"])
         if "match" in s:
-            m = _keys(s["match"], f"{w}.match", {"attributes", "capacity", "driver"})
+            m = s["match"]
             try:
                 DeviceMatch.of(m.get("attributes"), m.get("capacity"), m.get("driver", "gpu.nvidia.com"))
             except (ValueError, TypeError, AttributeError) as e:
                 raise SettingsError(f"gpusessions settings: {w}.match: {e}") from None
-    cpu = _keys(top.get("cpuProfile", {}), "cpuProfile", {"enabled", "displayName", "description"})
-    _bool(cpu.get("enabled", True), "cpuProfile.enabled")
-    kai = _keys(
-        top.get("kai", {}),
-        "kai",
-        {"enabled", "schedulerName", "priorityClass", "queues", "defaultQueue"},
-    )
-    if _bool(kai.get("enabled", False), "kai.enabled"):
-        _expect(
-            kai.get("priorityClass", "build") in _PRIORITIES,
-            "kai.priorityClass",
-            f"one of {sorted(_PRIORITIES)}",
-        )
+    kai = top.get("kai", {})
+    if kai.get("enabled", False):
         queues = kai.get("queues", {})
-        _expect(isinstance(queues, dict), "kai.queues", "must be a mapping")
-        _expect(bool(queues), "kai.queues", "KAI is enabled but no queue is defined")
         groups: dict[str, str] = {}
         for q, spec in queues.items():
-            _str(q, f"kai.queues key {q!r}", _NAME, empty=False)
-            _keys(spec, f"kai.queues.{q}", {"groups", "gpuEquivalents"}, {"groups"})
-            _expect(isinstance(spec["groups"], list), f"kai.queues.{q}.groups", "must be a list")
             for g in spec["groups"]:
-                _str(g, f"kai.queues.{q}.groups", empty=False)
                 _expect(g not in groups, f"kai.queues.{q}.groups", f"group {g!r} is also in {groups.get(g)}")
                 groups[g] = q
-            eq = spec.get("gpuEquivalents", 0)
-            _expect(
-                isinstance(eq, (int, float)) and not isinstance(eq, bool) and eq >= 0,
-                f"kai.queues.{q}.gpuEquivalents",
-                f"must be a number >= 0, not {eq!r}",
-            )
-        dq = _str(kai.get("defaultQueue", ""), "kai.defaultQueue", _NAME)
+        dq = kai.get("defaultQueue", "")
         _expect(not dq or dq in queues, "kai.defaultQueue", f"{dq!r} is not one of kai.queues")
-    holder = _keys(
-        top.get("holder", {}),
-        "holder",
-        {"image", "persistKernels", "kernelImage", "kernelNetworkPolicy", "onHolderLoss"}
-        | {"keepGpuOnStop", "agentTokenSecret"},
-    )
-    for k in ("persistKernels", "kernelNetworkPolicy", "keepGpuOnStop"):
-        if k in holder:
-            _bool(holder[k], f"holder.{k}")
-    _expect(
-        holder.get("onHolderLoss", "recreate") in ("recreate", "release"),
-        "holder.onHolderLoss",
-        "recreate or release",
-    )
-    _str(holder.get("agentTokenSecret", ""), "holder.agentTokenSecret", _NAME)
-    culler = _keys(
-        top.get("culler", {}),
-        "culler",
-        {"enabled", "serviceName", "url", "args", "admins", "adminGroups"},
-    )
-    if _bool(culler.get("enabled", False), "culler.enabled"):
-        _str(culler.get("serviceName", "gpusessions"), "culler.serviceName", _NAME, empty=False)
-        _expect(
-            ("url" in culler) != ("args" in culler), "culler", "give exactly one of url (external) or args"
-        )
-        for k in ("admins", "adminGroups"):
-            v = culler.get(k, [])
-            _expect(
-                isinstance(v, list) and all(isinstance(x, str) for x in v), f"culler.{k}", "a list of names"
-            )
     return top
 
 

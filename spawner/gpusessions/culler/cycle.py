@@ -1,8 +1,7 @@
-"""The culler service: one cycle (inventory -> decisions -> actions), and its HTTP API.
+"""The culler's cycle: inventory (watches, the hub, the agents) -> decisions (policy.py) -> actions.
 
-Runs as the JupyterHub service `gpusessions` (hub-managed or external): its
-JSON list of sessions is at /services/gpusessions/api/sessions, metrics at
-/services/gpusessions/metrics.
+`Culler` holds what the last cycle saw and decided, and the counters the
+metrics report; the web side (web.py) and the exporter (metrics.py) only read it.
 """
 
 from __future__ import annotations
@@ -10,23 +9,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import jinja2
-from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
-from jupyterhub.utils import url_path_join
-from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from gpusessions.core.claims import AGENT_PORT
 from gpusessions.culler.contention import mark_contention
 from gpusessions.culler.hub import HubAPI
 from gpusessions.culler.kube import ClusterSide
+from gpusessions.culler.metrics import exposition
 from gpusessions.culler.model import (
     CULL_AT,
     CULL_REASON,
@@ -36,7 +30,6 @@ from gpusessions.culler.model import (
     Session,
     iso,
     join,
-    parse_time,
 )
 from gpusessions.culler.policy import (
     CLEAR_STOPPED,
@@ -223,45 +216,8 @@ class Culler:
         return out
 
     def metrics(self) -> str:
-        lines = [
-            "# HELP gpusessions_held_gpus Sessions holding a claim, by state, profile and queue.",
-            "# TYPE gpusessions_held_gpus gauge",
-        ]
-        held = Counter((s.state, s.profile, s.queue) for s in self.sessions)
-        for (state, profile, queue), n in sorted(held.items()):
-            labels = f'state="{state}",profile="{_label(profile)}",queue="{_label(queue)}"'
-            lines.append(f"gpusessions_held_gpus{{{labels}}} {n}")
-        lines += [
-            "# HELP gpusessions_culler_actions_total Actions taken, by action.",
-            "# TYPE gpusessions_culler_actions_total counter",
-        ]
-        for action, n in sorted(self.actions.items()):
-            lines.append(f'gpusessions_culler_actions_total{{action="{action}"}} {n}')
-        lines += [
-            "# HELP gpusessions_culls_total GPUs released by the culler (or an admin), by reason.",
-            "# TYPE gpusessions_culls_total counter",
-        ]
-        lines += [f'gpusessions_culls_total{{reason="{r}"}} {n}' for r, n in sorted(self.culls.items())]
-        lines += [
-            "# HELP gpusessions_idle_gpu_seconds_total GPU-seconds held while the GPU was idle, by profile.",
-            "# TYPE gpusessions_idle_gpu_seconds_total counter",
-        ]
-        lines += [
-            f'gpusessions_idle_gpu_seconds_total{{profile="{_label(p)}"}} {v:.1f}'
-            for p, v in sorted(self.idle_gpu_seconds.items())
-        ]
-        lines += [
-            "# HELP gpusessions_culler_cycles_total Culler cycles run.",
-            "# TYPE gpusessions_culler_cycles_total counter",
-            f"gpusessions_culler_cycles_total {self.cycles}",
-        ]
-        if self.last_cycle_seconds is not None:
-            lines += [
-                "# HELP gpusessions_culler_last_cycle_seconds Wall time of the last cycle.",
-                "# TYPE gpusessions_culler_last_cycle_seconds gauge",
-                f"gpusessions_culler_last_cycle_seconds {self.last_cycle_seconds:.3f}",
-            ]
-        return "\n".join(lines) + "\n"
+        """The Prometheus exposition of this state (what /metrics serves)."""
+        return exposition(self)
 
     async def keep(self, namespace: str, claim: str, until: float) -> None:
         await self.cluster.annotate(
@@ -278,128 +234,6 @@ class Culler:
             await self.hub.stop_server(s.user or "", s.server or "")
         await self.cluster.release(namespace, claim, s.holder)
         return True
-
-
-def _label(value: str) -> str:
-    """A Prometheus label value, escaped as the text format asks."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-# -- HTTP ------------------------------------------------------------------------------------
-ADMIN_SCOPE = "custom:gpusessions:admin"
-
-
-class _Admin(HubOAuthenticated, web.RequestHandler):
-    """Admins only: the custom scope (or admin:users, which hub admins hold)."""
-
-    hub_scopes = {ADMIN_SCOPE, "admin:users"}
-
-    def initialize(self, culler: Culler) -> None:
-        self.culler = culler
-
-    def check_xsrf_cookie(self) -> None:
-        """Browser (cookie) requests need the page's XSRF token; token requests carry no cookie risk."""
-        if self.request.headers.get("Authorization", "").lower().startswith(("token ", "bearer ")):
-            return
-        super().check_xsrf_cookie()
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"status": status_code, "message": self._reason}))
-
-
-_TEMPLATES = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")), autoescape=True
-)
-COLUMNS = [
-    ("user", "User"),
-    ("server", "Server"),
-    ("profile", "Profile"),
-    ("queue", "Queue"),
-    ("node", "Node / device"),
-    ("state", "State"),
-    ("gpu", "GPU memory and activity"),
-    ("kernels", "Kernels"),
-    ("notebook_idle_seconds", "Notebook idle"),
-    ("gpu_idle_seconds", "GPU idle"),
-    ("decision", "Culler"),
-    ("seconds_left", "Time left"),
-]
-
-
-class PageHandler(_Admin):
-    @web.authenticated
-    def get(self) -> None:
-        html = _TEMPLATES.get_template("admin.html").render(
-            sessions=self.culler.describe(),
-            columns=COLUMNS,
-            dry_run=self.culler.policy.dry_run,
-            xsrf=self.xsrf_token.decode(),
-        )
-        self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.write(html)
-
-
-class SessionsHandler(_Admin):
-    @web.authenticated
-    def get(self) -> None:
-        self.set_header("Content-Type", "application/json")
-        self.write(
-            json.dumps(
-                {
-                    "sessions": self.culler.describe(),
-                    "cycles": self.culler.cycles,
-                    "last_cycle": iso(self.culler.last_cycle),
-                    "dry_run": self.culler.policy.dry_run,
-                    "error": self.culler.last_error,
-                }
-            )
-        )
-
-
-class ActionHandler(_Admin):
-    @web.authenticated
-    async def post(self, namespace: str, claim: str, action: str) -> None:
-        if action == "release":
-            if not await self.culler.release(namespace, claim):
-                raise web.HTTPError(404, f"no session {namespace}/{claim}")
-            body: Obj = {"released": True}
-        elif action == "keep":
-            data = json.loads(self.request.body or b"{}")
-            until = data.get("until")
-            ts = float(until) if isinstance(until, (int, float)) else parse_time(until)
-            if ts is None:
-                raise web.HTTPError(400, 'give "until" as unix seconds or an ISO time')
-            await self.culler.keep(namespace, claim, ts)
-            body = {"kept_until": iso(ts)}
-        else:
-            raise web.HTTPError(404)
-        self.set_header("Content-Type", "application/json")
-        self.write(json.dumps(body))
-
-
-class MetricsHandler(web.RequestHandler):
-    def initialize(self, culler: Culler) -> None:
-        self.culler = culler
-
-    def get(self) -> None:
-        self.set_header("Content-Type", "text/plain; version=0.0.4")
-        self.write(self.culler.metrics())
-
-
-def make_app(culler: Culler, prefix: str) -> web.Application:
-    kw = {"culler": culler}
-    return web.Application(
-        [
-            (prefix, PageHandler, kw),
-            (url_path_join(prefix, "api/sessions"), SessionsHandler, kw),
-            (url_path_join(prefix, r"api/sessions/([^/]+)/([^/]+)/(release|keep)"), ActionHandler, kw),
-            (url_path_join(prefix, "metrics"), MetricsHandler, kw),
-            (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
-        ],
-        cookie_secret=os.urandom(32),
-        xsrf_cookies=True,
-    )
 
 
 async def run_forever(culler: Culler, interval: float) -> None:

@@ -1,0 +1,179 @@
+"""The culler's settings and start-up: a traitlets `Application`.
+
+One declaration gives the command line (the flag spellings the chart and
+hubconfig.py pass: `--idle-limit=7200`, `--dry-run`, ...), a config file
+(`--config=culler_config.py`, `c.CullerApp.idle_limit = 7200`) and the
+defaults, which are `policy.Rules`' own (the policy stays pure and testable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any
+from urllib.parse import urlparse
+
+from traitlets import Bool, Dict, Float, TraitError, Unicode
+from traitlets.config import Application
+
+from gpusessions.culler.policy import Policy, Rules
+
+
+class JSONDict(Dict):
+    """A Dict trait given on the command line as one JSON object (`--per-profile='{...}'`)."""
+
+    def from_string(self, s: str) -> Any:
+        try:
+            value = json.loads(s)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"not a JSON object: {s!r}")
+        return value
+
+    def from_string_list(self, s_list: list[str]) -> Any:
+        return self.from_string(s_list[-1])
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        # traitlets hands on the raw strings when from_string_list fails: say why it failed.
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            try:
+                self.from_string(value[-1])
+            except ValueError as e:
+                flag = (self.name or "").replace("_", "-")
+                raise TraitError(f"bad policy settings: --{flag}: {e}") from None
+        return super().validate(obj, value)
+
+
+class LastFloat(Float):
+    """A flag given twice takes its last value, as argparse did (the tests' hubs add overrides)."""
+
+    def from_string_list(self, s_list: list[str]) -> Any:
+        return self.from_string(s_list[-1])
+
+
+class LastUnicode(Unicode):
+    """A flag given twice takes its last value, as argparse did."""
+
+    def from_string_list(self, s_list: list[str]) -> Any:
+        return self.from_string(s_list[-1])
+
+
+def _rule(name: str, help_text: str) -> LastFloat:
+    """A policy setting: its default is the one in policy.Rules."""
+    return LastFloat(getattr(Rules, name), help=help_text).tag(config=True)
+
+
+class CullerApp(Application):
+    name = "gpusessions.culler"
+    description = "The gpusessions culler: releases idle and kept GPUs, serves the admin page and metrics."
+
+    interval = LastFloat(60.0, help="seconds between cycles").tag(config=True)
+    stopped_keep = _rule("stopped_keep", "keep a stopped server's GPU this long")
+    stopped_keep_contended = _rule(
+        "stopped_keep_contended",
+        "keep a stopped server's GPU only this long while someone waits for that GPU size (0: off)",
+    )
+    idle_limit = _rule("idle_limit", "cull after notebook AND GPU idle this long")
+    gpu_idle_limit = _rule(
+        "gpu_idle_limit", "cull after the GPU alone was idle this long, even with notebook activity (0: off)"
+    )
+    max_age = _rule("max_age", "end any session this old (0: off)")
+    warn_before = _rule("warn_before", "warn this long before a cull")
+    orphan_grace = _rule("orphan_grace", "release orphan claims this old")
+    per_profile = JSONDict(
+        help='per profile slug, any of the rules above: {"<profile slug>": {"idle_limit": 600}}'
+    ).tag(config=True)
+    dry_run = Bool(False, help="decide and log, change nothing").tag(config=True)
+    namespace = LastUnicode(
+        "", help="the namespace of this hub's sessions; '*' for all namespaces (one hub per cluster only)"
+    ).tag(config=True)
+    config_file = LastUnicode("", help="a config file (Python or JSON) setting any of these").tag(config=True)
+
+    aliases = {
+        "interval": "CullerApp.interval",
+        "stopped-keep": "CullerApp.stopped_keep",
+        "stopped-keep-contended": "CullerApp.stopped_keep_contended",
+        "idle-limit": "CullerApp.idle_limit",
+        "gpu-idle-limit": "CullerApp.gpu_idle_limit",
+        "max-age": "CullerApp.max_age",
+        "warn-before": "CullerApp.warn_before",
+        "orphan-grace": "CullerApp.orphan_grace",
+        "per-profile": "CullerApp.per_profile",
+        "namespace": "CullerApp.namespace",
+        "config": "CullerApp.config_file",
+    }
+    flags = {
+        "dry-run": ({"CullerApp": {"dry_run": True}}, "decide and log, change nothing"),
+    }
+
+    policy: Policy
+
+    def rules(self) -> Rules:
+        return Rules(**{name: getattr(self, name) for name in Rules.__dataclass_fields__})
+
+    def initialize(self, argv: list[str] | None = None) -> None:
+        self.parse_command_line(argv)
+        if self.config_file:
+            self.load_config_file(self.config_file)
+            self.parse_command_line(argv)  # the command line wins over the file
+        try:
+            self.policy = Policy(self.rules(), dict(self.per_profile), self.dry_run)
+            for profile in self.policy.per_profile:
+                self.policy.for_profile(profile)
+        except (ValueError, TypeError) as e:
+            print(f"{self.name}: error: bad policy settings: {e}", file=sys.stderr)
+            self.exit(2)
+
+    def start(self) -> None:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        asyncio.run(self.run())
+
+    async def run(self) -> None:
+        # Imported here: the settings (and their tests) need no Kubernetes client or tornado app.
+        from gpusessions.culler.cycle import Culler, run_forever
+        from gpusessions.culler.hub import HubAPI
+        from gpusessions.culler.kube import ClusterSide
+        from gpusessions.culler.web import make_app
+
+        api_url = os.environ["JUPYTERHUB_API_URL"]
+        token = os.environ["JUPYTERHUB_API_TOKEN"]
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpusessions/")
+        bind = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
+        # Stop at once when the hub stops us (SIGINT, then SIGTERM): a culler that lingers while
+        # its cancelled watches unwind can still act on a hub that is going away. Nothing here
+        # needs flushing: every decision is already in the claims' annotations.
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, _exit_now, sig)
+        cluster = ClusterSide(namespace=None if self.namespace in ("", "*") else self.namespace)
+        await cluster.ready()
+        culler = Culler(
+            cluster, HubAPI(api_url, token), self.policy, os.environ.get("GPUSESSIONS_AGENT_TOKEN")
+        )
+        make_app(culler, prefix).listen(bind.port or 80, address=bind.hostname or "127.0.0.1")
+        logging.getLogger("gpusessions.culler").info(
+            "culler on %s%s every %.0fs%s",
+            bind.netloc,
+            prefix,
+            self.interval,
+            " (dry run)" if self.dry_run else "",
+        )
+        await run_forever(culler, self.interval)
+
+
+def _exit_now(sig: int) -> None:
+    logging.getLogger("gpusessions.culler").info("stopping (%s)", signal.Signals(sig).name)
+    logging.shutdown()
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    app = CullerApp()
+    app.initialize(argv)
+    app.start()
+    return 0

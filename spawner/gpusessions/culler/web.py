@@ -1,0 +1,139 @@
+"""The culler's web side: the admin page, the sessions JSON API and its actions, /metrics.
+
+Runs as the JupyterHub service `gpusessions` (hub-managed or external): the page
+at /services/gpusessions/, the JSON list of sessions at
+/services/gpusessions/api/sessions, metrics (no login) at /services/gpusessions/metrics.
+Everything shown is read from the `Culler` (cycle.py); actions go through it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from gpusessions.culler.cycle import Culler
+from gpusessions.culler.hubconfig import ADMIN_SCOPE
+from gpusessions.culler.metrics import CONTENT_TYPE
+from gpusessions.culler.model import iso, parse_time
+
+Obj = dict[str, Any]
+
+
+class _Admin(HubOAuthenticated, web.RequestHandler):
+    """Admins only: the custom scope (or admin:users, which hub admins hold)."""
+
+    hub_scopes = {ADMIN_SCOPE, "admin:users"}
+
+    def initialize(self, culler: Culler) -> None:
+        self.culler = culler
+
+    def check_xsrf_cookie(self) -> None:
+        """Browser (cookie) requests need the page's XSRF token; token requests carry no cookie risk."""
+        if self.request.headers.get("Authorization", "").lower().startswith(("token ", "bearer ")):
+            return
+        super().check_xsrf_cookie()
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": self._reason}))
+
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")), autoescape=True
+)
+COLUMNS = [
+    ("user", "User"),
+    ("server", "Server"),
+    ("profile", "Profile"),
+    ("queue", "Queue"),
+    ("node", "Node / device"),
+    ("state", "State"),
+    ("gpu", "GPU memory and activity"),
+    ("kernels", "Kernels"),
+    ("notebook_idle_seconds", "Notebook idle"),
+    ("gpu_idle_seconds", "GPU idle"),
+    ("decision", "Culler"),
+    ("seconds_left", "Time left"),
+]
+
+
+class PageHandler(_Admin):
+    @web.authenticated
+    def get(self) -> None:
+        html = _TEMPLATES.get_template("admin.html").render(
+            sessions=self.culler.describe(),
+            columns=COLUMNS,
+            dry_run=self.culler.policy.dry_run,
+            xsrf=self.xsrf_token.decode(),
+        )
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.write(html)
+
+
+class SessionsHandler(_Admin):
+    @web.authenticated
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.write(
+            json.dumps(
+                {
+                    "sessions": self.culler.describe(),
+                    "cycles": self.culler.cycles,
+                    "last_cycle": iso(self.culler.last_cycle),
+                    "dry_run": self.culler.policy.dry_run,
+                    "error": self.culler.last_error,
+                }
+            )
+        )
+
+
+class ActionHandler(_Admin):
+    @web.authenticated
+    async def post(self, namespace: str, claim: str, action: str) -> None:
+        if action == "release":
+            if not await self.culler.release(namespace, claim):
+                raise web.HTTPError(404, f"no session {namespace}/{claim}")
+            body: Obj = {"released": True}
+        elif action == "keep":
+            data = json.loads(self.request.body or b"{}")
+            until = data.get("until")
+            ts = float(until) if isinstance(until, (int, float)) else parse_time(until)
+            if ts is None:
+                raise web.HTTPError(400, 'give "until" as unix seconds or an ISO time')
+            await self.culler.keep(namespace, claim, ts)
+            body = {"kept_until": iso(ts)}
+        else:
+            raise web.HTTPError(404)
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps(body))
+
+
+class MetricsHandler(web.RequestHandler):
+    def initialize(self, culler: Culler) -> None:
+        self.culler = culler
+
+    def get(self) -> None:
+        self.set_header("Content-Type", CONTENT_TYPE)
+        self.write(self.culler.metrics())
+
+
+def make_app(culler: Culler, prefix: str) -> web.Application:
+    kw = {"culler": culler}
+    return web.Application(
+        [
+            (prefix, PageHandler, kw),
+            (url_path_join(prefix, "api/sessions"), SessionsHandler, kw),
+            (url_path_join(prefix, r"api/sessions/([^/]+)/([^/]+)/(release|keep)"), ActionHandler, kw),
+            (url_path_join(prefix, "metrics"), MetricsHandler, kw),
+            (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+        ],
+        cookie_secret=os.urandom(32),
+        xsrf_cookies=True,
+    )
