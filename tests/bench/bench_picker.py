@@ -34,7 +34,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster")]
 
-from gpusessions.core.availability import Inventory, allocated_devices, remaining_counters  # noqa: E402
+from gpusessions.core.availability import (  # noqa: E402
+    FiguresCache,
+    Inventory,
+    allocated_devices,
+    remaining_counters,
+)
 from gpusessions.core.profiles import default_profiles  # noqa: E402
 from gpusessions.core.sizes import DeviceMatch, device_class  # noqa: E402
 from gpusessions.hub.picker import compute_figures, render_form  # noqa: E402
@@ -131,10 +136,9 @@ def main() -> int:
     recompute = time.process_time() - t0
     derived = (inv, allocated, left, classes)
 
-    memo: dict[Any, Any] = {}
-    slice_memo: dict[Any, Any] = {}
+    cache = FiguresCache()
     t0 = time.process_time()
-    figs = compute_figures(spawner, profiles, derived, memo, 1, slice_memo)
+    figs = compute_figures(spawner, profiles, derived, cache, 1)
     render_form(profiles, {"profiles": figs}, "/hub/")
     first_view = time.process_time() - t0
 
@@ -144,13 +148,13 @@ def main() -> int:
     t0 = time.process_time()
     allocated2 = allocated_devices(claims2)
     derived2 = (inv, allocated2, remaining_counters(inv, allocated2), classes)
-    compute_figures(spawner, profiles, derived2, memo, 2, slice_memo)
+    compute_figures(spawner, profiles, derived2, cache, 2)
     claim_change = time.process_time() - t0
 
     per_view = []
     for _ in range(args.views):
         t0 = time.process_time()
-        figs = compute_figures(spawner, profiles, derived, memo, 1, slice_memo)
+        figs = compute_figures(spawner, profiles, derived, cache, 1)
         render_form(profiles, {"profiles": figs}, "/hub/")
         per_view.append(time.process_time() - t0)
     q = max(len(per_view) // 4, 1)

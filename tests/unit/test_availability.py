@@ -10,12 +10,13 @@ from gpusessions.core.availability import (
     Inventory,
     allocated_devices,
     count_free,
-    profile_figures,
     remaining_counters,
     selector_errors,
+    size_figures,
 )
 from gpusessions.core.claims import GPURequest
 from gpusessions.core.sizes import DeviceMatch, parse_cel, quantity, semver
+from gpusessions.hub.picker import compute_text
 from localcluster.paths import SHAPES_DIR
 from localcluster.shapes import build_slices, device_classes, load_shape
 
@@ -144,19 +145,19 @@ def test_several_devices_per_session_count_per_node() -> None:
 def test_profile_figures_states() -> None:
     inv = _inv()
     left = remaining_counters(inv, set())
-    cpu = profile_figures({"slug": "cpu"}, GPURequest(), inv, set(), CLASSES, left)
-    assert cpu["state"] == "cpu"
+    cpu = size_figures(GPURequest(), inv, set(), CLASSES, left)
+    assert cpu.state == "cpu"
     one = GPURequest("mig.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",))
-    f = profile_figures({"slug": "s"}, one, inv, set(), CLASSES, left)
-    assert (f["state"], f["free"], f["total"], f["compute"]) == ("free", 9, 9, "1/7 of a GPU")
+    f = size_figures(one, inv, set(), CLASSES, left)
+    assert (f.state, f.free, f.total, compute_text(f)) == ("free", 9, 9, "1/7 of a GPU")
     custom = GPURequest(
         "mig.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].profile.startsWith('1g')",)
     )
-    assert profile_figures({"slug": "s"}, custom, inv, set(), CLASSES, left)["state"] == "unknown"
+    assert size_figures(custom, inv, set(), CLASSES, left).state == "unknown"
     missing = GPURequest("tpu.example.com")
-    assert profile_figures({"slug": "s"}, missing, inv, set(), CLASSES, left)["state"] == "not-offered"
+    assert size_figures(missing, inv, set(), CLASSES, left).state == "not-offered"
     contradictory = GPURequest("gpu.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].type == 'mig'",))
-    assert profile_figures({"slug": "s"}, contradictory, inv, set(), CLASSES, left)["state"] == "not-offered"
+    assert size_figures(contradictory, inv, set(), CLASSES, left).state == "not-offered"
 
 
 def test_semver_precedence() -> None:
@@ -215,17 +216,17 @@ def test_a_selector_that_fails_on_some_devices_is_shown_as_unknown() -> None:
 
     # The gpu.nvidia.com class lets the whole GPU through; `profile == '1g.10gb'` then fails on it.
     sel = ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",)
-    f = profile_figures({"slug": "s"}, GPURequest("gpu.nvidia.com", 1, sel), inv, set(), CLASSES, left)
-    assert f["state"] == "unknown" and "fails with a CEL error on 1 device(s)" in f["note"]
+    f = size_figures(GPURequest("gpu.nvidia.com", 1, sel), inv, set(), CLASSES, left)
+    assert f.state == "unknown" and "fails with a CEL error on 1 device(s)" in (f.note or "")
     assert selector_errors(inv, [profile]) == 1
     # On the mig.nvidia.com class, the class's `type == 'mig'` is false on the whole GPU first.
-    f = profile_figures({"slug": "s"}, GPURequest("mig.nvidia.com", 1, sel), inv, set(), CLASSES, left)
-    assert f["state"] == "free"
+    f = size_figures(GPURequest("mig.nvidia.com", 1, sel), inv, set(), CLASSES, left)
+    assert f.state == "free"
     sel_eq = ("device.attributes['gpu.nvidia.com'].driverVersion == '580.95.5'",)
-    f = profile_figures({"slug": "s"}, GPURequest("gpu.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
-    assert f["state"] == "unknown" and "fails with a CEL error on 1 device(s)" in f["note"]
-    f = profile_figures({"slug": "s"}, GPURequest("mig.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
-    assert f["state"] == "unknown" and "on 22 device(s)" in f["note"]
+    f = size_figures(GPURequest("gpu.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
+    assert f.state == "unknown" and "fails with a CEL error on 1 device(s)" in (f.note or "")
+    f = size_figures(GPURequest("mig.nvidia.com", 1, sel_eq), inv, set(), CLASSES, left)
+    assert f.state == "unknown" and "on 22 device(s)" in (f.note or "")
 
 
 def test_a_size_matching_gpus_of_different_memory_shows_the_range() -> None:
@@ -237,15 +238,15 @@ def test_a_size_matching_gpus_of_different_memory_shows_the_range() -> None:
     inv = _inv("demo")
     left = remaining_counters(inv, set())
     whole = GPURequest("gpu.nvidia.com", 1, ())
-    f = profile_figures({"slug": "gpu"}, whole, inv, set(), CLASSES, left)
-    assert (f["memory"], f["memory_max"]) == (81152 * 2**20, 81920 * 2**20)
-    assert memory_text(f["memory"], f["memory_max"]) == "79.2-80.0 GiB"
+    f = size_figures(whole, inv, set(), CLASSES, left)
+    assert (f.memory, f.memory_max) == (81152 * 2**20, 81920 * 2**20)
+    assert memory_text(f.memory, f.memory_max) == "79.2-80.0 GiB"
     a100 = GPURequest(
         "gpu.nvidia.com", 2, ("device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-80GB'",)
     )
-    f = profile_figures({"slug": "a100x2"}, a100, inv, set(), CLASSES, left)
-    assert f["memory"] == f["memory_max"] == 2 * 81920 * 2**20
-    assert memory_text(f["memory"], f["memory_max"]) == "160.0 GiB"
+    f = size_figures(a100, inv, set(), CLASSES, left)
+    assert f.memory == f.memory_max == 2 * 81920 * 2**20
+    assert memory_text(f.memory, f.memory_max) == "160.0 GiB"
 
 
 def test_semver_is_semver_2_exactly() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gpusessions.core import availability
 from gpusessions.core.profiles import default_profiles
 from gpusessions.hub import picker
 from gpusessions.kube import watch
@@ -35,26 +36,19 @@ def _allocated_claim(device: str) -> dict[str, Any]:
 
 def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.MonkeyPatch) -> None:
     counted: list[str] = []
-    real = picker.profile_figures
+    real = availability.size_figures
 
     def counting(*args: Any, **kwargs: Any) -> Any:
-        counted.append(args[1].describe())
+        counted.append(args[0].describe())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(picker, "profile_figures", counting)
+    monkeypatch.setattr(availability, "size_figures", counting)
     profiles = default_profiles()
 
     def page_view(view: ClusterView) -> dict[str, Any]:
         view.viewed()
         figures = picker.compute_figures(
-            SPAWNER,
-            profiles,
-            view.derived(),
-            view.memo,
-            view.computed_version,
-            view.slice_memo,
-            None,
-            view.recent,
+            SPAWNER, profiles, view.derived(), view.figures, view.computed_version
         )
         return {f["slug"]: f for f in figures}
 
@@ -63,7 +57,6 @@ def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.Mo
             list_resource_slice=None, list_resource_claim_for_all_namespaces=None, list_device_class=None
         )
         view = ClusterView(min_interval=0.1, api=api, start=False)
-        view.warm = picker.warm
         slices = [s for n in load_shape("small", SHAPES_DIR).nodes for s in build_slices(n)]
         view.slices.objects = dict(_obj(s) for s in slices)
         view.classes.objects = dict(_obj(c) for c in device_classes())
@@ -94,7 +87,7 @@ def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.Mo
         view.claims.objects.pop(key)
         view._changed()
         await asyncio.sleep(0.3)
-        assert view.recounts == 1 and counted == [] and view.recent == {}
+        assert view.recounts == 1 and counted == [] and view.figures.recent == {}
         assert page_view(view)["mig-1g-10gb"]["free"] == 9
         view.stop()
 
@@ -107,7 +100,6 @@ def test_a_failing_recount_waits_for_new_data_and_does_not_spin() -> None:
             list_resource_slice=None, list_resource_claim_for_all_namespaces=None, list_device_class=None
         )
         view = ClusterView(min_interval=0.1, api=api, start=False)
-        view.warm = picker.warm
         view.slices.objects = {"bad": {"metadata": {"name": "bad"}, "spec": {}}}  # no driver
         calls: list[int] = []
         derived = view.derived

@@ -6,7 +6,7 @@ import asyncio
 
 from kubernetes_asyncio.client import ApiClient, V1Container, V1Pod, V1PodSpec
 
-from gpusessions.hub.spawner import pin_to_node
+from gpusessions.core.notebook_pod import pin_to_node
 
 
 def _pod(affinity: object = None) -> V1Pod:

@@ -16,14 +16,13 @@ of that size can be allocated now, one after another.
 from __future__ import annotations
 
 import functools
-import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from gpusessions.core.claims import GPURequest
-from gpusessions.core.sizes import DeviceMatch, parse_cel, quantity
+from gpusessions.core.sizes import DeviceMatch, mig_slices, parse_cel, quantity
 
 Obj = dict[str, Any]
 DeviceKey = tuple[str, str, str]  # driver, pool, device
@@ -229,20 +228,6 @@ def _greedy(
     return taken
 
 
-_MIG = re.compile(r"^(\d+)g\.(\d+)gb$")
-
-
-def compute_share(device: Obj | None, count: int) -> str:
-    if device is None:
-        return ""
-    profile = ((device.get("attributes") or {}).get("profile") or {}).get("string", "")
-    m = _MIG.match(profile)
-    if m:
-        share = f"{m.group(1)}/7 of a GPU"
-        return share if count == 1 else f"{count} x {share}"
-    return "1 whole GPU" if count == 1 else f"{count} whole GPUs"
-
-
 def device_memory(device: Obj | None) -> int | None:
     cap = ((device or {}).get("capacity") or {}).get("memory")
     return int(quantity(cap["value"])) if cap else None
@@ -254,50 +239,53 @@ def memory_range(inv: Inventory, keys: list[DeviceKey]) -> tuple[int, int] | Non
     return (min(mems), max(mems)) if mems else None
 
 
-def _unknown(base: Obj, request: GPURequest, note: str) -> Obj:
-    return {
-        **base,
-        "gpu": request.describe(),
-        "state": "unknown",
-        "free": None,
-        "total": None,
-        "memory": None,
-        "compute": "",
-        "note": note,
-    }
+@dataclass(frozen=True)
+class Figures:
+    """What one size has on the cluster now, counted; the picker puts it in words.
+
+    `state`: `cpu` (no GPU), `free` (`free` sessions can start now, of `total` on an empty
+    cluster), `none-free`, `not-offered`, or `unknown` (`note` says why)."""
+
+    state: str
+    gpu: str | None = None  # the size in words ("MIG 1g.10gb")
+    free: int | None = None
+    total: int | None = None
+    memory: int | None = None  # GPU memory (bytes) a session of this size gets at least
+    memory_max: int | None = None  # ... and at most (matching devices may differ)
+    counted: bool = False  # devices were counted (so `memory_max` is known, maybe None)
+    count: int = 1  # devices per session
+    device: str = ""  # the kind of a matching device: "mig", "gpu", or "" when none was seen
+    slices: int = 0  # the compute slices (of 7) of a matching MIG device
+    note: str | None = None  # why the state is unknown
 
 
-def profile_figures(
-    profile: Obj,
+def _unknown(request: GPURequest, note: str) -> Figures:
+    return Figures("unknown", gpu=request.describe(), note=note)
+
+
+def _device_kind(device: Obj | None) -> tuple[str, int]:
+    if device is None:
+        return "", 0
+    slices = mig_slices(device)
+    return ("mig", slices) if slices is not None else ("gpu", 0)
+
+
+def size_figures(
     request: GPURequest,
     inv: Inventory,
     allocated: set[DeviceKey],
     classes: dict[str, Obj],
     left: dict[CounterKey, dict[str, Amount]],
     slice_memo: dict[Any, tuple[list[DeviceKey], int, int, tuple[int, int] | None]] | None = None,
-) -> Obj:
-    """The figures the picker shows for one profile.
+) -> Figures:
+    """The figures of one size (a GPU request).
 
     `slice_memo` keeps, per size, the matching devices, the empty-cluster count, the devices
     its selectors fail on (a size with any is shown as unknown, with the reason) and the least
     and most GPU memory of a matching device (a size may match an A100 40GB and an 80GB): they
     change only with the slices, so claims changing costs only the count of what is free."""
-    base = {
-        "slug": profile["slug"],
-        "display_name": profile.get("display_name", profile["slug"]),
-        "description": profile.get("description", ""),
-        "default": bool(profile.get("default")),
-    }
     if not request.wants_gpu:
-        return {
-            **base,
-            "gpu": None,
-            "state": "cpu",
-            "free": None,
-            "total": None,
-            "memory": None,
-            "compute": "",
-        }
+        return Figures("cpu")
     alternatives = (
         [(a.device_class, list(a.selectors), a.count) for a in request.first_available]
         if request.first_available
@@ -309,7 +297,7 @@ def profile_figures(
             continue
         match = size_match([device_class], selectors, classes)
         if match is None:
-            return _unknown(base, request, "this size uses a selector the picker cannot evaluate")
+            return _unknown(request, "this size uses a selector the picker cannot evaluate")
         parts = tuple(size_parts([device_class], selectors, classes) or ())
         cached = slice_memo.get((match, parts)) if slice_memo is not None else None
         if cached is None:
@@ -324,7 +312,6 @@ def profile_figures(
                 slice_memo[(match, parts)] = cached
         if cached[2]:
             return _unknown(
-                base,
                 request,
                 f"this size's selector fails with a CEL error on {cached[2]} device(s) of the "
                 "cluster (an attribute or capacity they lack, or a version compared with a "
@@ -335,26 +322,89 @@ def profile_figures(
         if best is None or (cand[0], cand[1]) > (best[0], best[1]):
             best = cand
     if best is None:
-        return {
-            **base,
-            "gpu": request.describe(),
-            "state": "not-offered",
-            "free": 0,
-            "total": 0,
-            "memory": None,
-            "compute": "",
-        }
+        return Figures("not-offered", gpu=request.describe(), free=0, total=0)
     free, total, example, count, mem_range = best
     state = "free" if free > 0 else ("none-free" if total > 0 else "not-offered")
     least, most = mem_range if mem_range else (None, None)
-    return {
-        **base,
-        "gpu": request.describe(),
-        "state": state,
-        "free": free,
-        "total": total,
-        # GPU memory a session gets at least (and at most, when the matching devices differ).
-        "memory": least * count if least is not None else None,
-        "memory_max": most * count if most is not None else None,
-        "compute": compute_share(example, count),
-    }
+    device, slices = _device_kind(example)
+    return Figures(
+        state,
+        gpu=request.describe(),
+        free=free,
+        total=total,
+        memory=least * count if least is not None else None,
+        memory_max=most * count if most is not None else None,
+        counted=True,
+        count=count,
+        device=device,
+        slices=slices,
+    )
+
+
+T = TypeVar("T")
+Derived = tuple[Inventory, set[DeviceKey], dict[CounterKey, dict[str, Amount]], dict[str, Obj]]
+
+
+class FiguresCache:
+    """The one owner of the picker's counted figures for one cluster view.
+
+    - per version of the cluster data: the figures of each size (and the team use the picker
+      counts), so a page view costs a lookup, not a count over every device;
+    - per shape (slices and device classes): what matching a size costs, `size_figures`'
+      `slice_memo` (and what a size counts against a team's quota);
+    - the sizes views asked for lately (`recent`), which `warm` counts again after a change,
+      so the next view reads figures already made.
+    """
+
+    MAX_ENTRIES = 256
+    MAX_RECENT = 64
+
+    def __init__(self) -> None:
+        self.by_version: dict[Any, Any] = {}
+        self.by_shape: dict[Any, Any] = {}
+        self.recent: dict[tuple[str, int], GPURequest] = {}
+
+    def new_shape(self) -> None:
+        """The slices or device classes changed: what was matched is stale."""
+        self.by_shape = {}
+
+    def for_version(self, version: int, key: Any, make: Callable[[], T]) -> T:
+        """`make()` kept for this version of the data."""
+        k = (version, key)
+        if k in self.by_version:
+            return cast(T, self.by_version[k])
+        value = make()
+        if len(self.by_version) > self.MAX_ENTRIES:
+            self.by_version.clear()
+        self.by_version[k] = value
+        return value
+
+    def for_shape(self, key: Any, make: Callable[[], T]) -> T:
+        """`make()` kept until the slices change."""
+        if key not in self.by_shape:
+            self.by_shape[key] = make()
+        return cast(T, self.by_shape[key])
+
+    def figures(self, request: GPURequest, derived: Derived, version: int) -> Figures:
+        """The figures of one size for one version of the data."""
+        inv, allocated, left, classes = derived
+        return self.for_version(
+            version,
+            (request.hash(), request.count),
+            lambda: size_figures(request, inv, allocated, classes, left, self.by_shape),
+        )
+
+    def viewed(self, request: GPURequest) -> None:
+        """A view asked for this size: it is counted again after each change (`warm`)."""
+        if len(self.recent) > self.MAX_RECENT:
+            self.recent.clear()
+        self.recent[(request.hash(), request.count)] = request
+
+    def warm(self, derived: Derived, version: int) -> None:
+        """Count the sizes views asked for lately, for this version of the data."""
+        for request in list(self.recent.values()):
+            self.figures(request, derived, version)
+
+    def forget_recent(self) -> None:
+        """Nobody looked lately: the next view counts what it needs."""
+        self.recent.clear()

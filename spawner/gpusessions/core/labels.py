@@ -31,6 +31,18 @@ NOTEBOOK_COMPONENT = "gpusessions.io/component"
 NOTEBOOK = "notebook"
 # KAI Scheduler's queue label: on the notebook pod, the holder pod and the claim.
 QUEUE_LABEL = "kai.scheduler/queue"
+# The notebook pod's session (claim, node, devices) as JSON, read back as /etc/gpusessions/session.json.
+SESSION_ANNOTATION = "gpusessions.io/session"
+# The label selector of our holder pods (the hub's and the culler's watches).
+HOLDERS = f"{MANAGED_BY}={MANAGER},{COMPONENT}=holder"
+
+# The culler's memory of a session, in annotations on its claim (the hub reads and clears them
+# when a user answers the culler's warning).
+KEEP_UNTIL = "gpusessions.io/keep-until"
+WARNED_AT = "gpusessions.io/warned-at"
+STOPPED_SINCE = "gpusessions.io/stopped-since"
+CULL_AT = "gpusessions.io/cull-at"
+CULL_REASON = "gpusessions.io/cull-reason"
 
 
 def label_value(name: str) -> str:

@@ -1,4 +1,5 @@
-"""What a user waiting for a GPU is told, in words (pure functions)."""
+"""What a user waiting for a GPU is told, in words (pure functions), and `Refused`: a
+refusal the user reads, with its reason."""
 
 from __future__ import annotations
 
@@ -7,6 +8,15 @@ from typing import Any
 from gpusessions.core.claims import allocated_devices, allocated_node
 
 Obj = dict[str, Any]
+
+
+class Refused(Exception):
+    """An expected refusal the user should read (the spawner makes it a SpawnException)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
 
 
 def waiting(what: str, holder: Obj | None) -> str:

@@ -1,4 +1,20 @@
-"""Team queues (KAI Scheduler) and a GPU quota that means something for MIG (pure).
+"""The scheduler's queues behind one seam: `QueuePolicy` (pure).
+
+Everything gpusessions knows about the batch scheduler is here: which queue a user's
+sessions go to, the labels that put a claim and its pods in that queue, the pods'
+scheduling fields (schedulerName, priorityClassName), the per-team GPU quota and the
+team figures the picker shows. The spawner, the picker, the session (through the
+spawner's `hub.admission.Admission`, the thin part that reads the hub's watch) and
+notebook jobs ask a `QueuePolicy`; none of them names a label or a scheduler.
+
+The scheduler is KAI Scheduler: label `kai.scheduler/queue` on pods and claims (KAI
+blocks a pod whose standalone claim lacks its queue label), `schedulerName:
+kai-scheduler`, priority classes `build` (non-preemptible) and `build-preemptible`.
+**Adding another scheduler** (Volcano, Kueue, YuniKorn, ...) touches this module only:
+give `QueuePolicy` its label (`labels`), its pod fields (`scheduling`) and, if its queues
+are named differently, its resolution (`queue_of`); the quota in GPU-equivalents below does
+not depend on the scheduler. (The chart's settings document names KAI's priority classes in
+its schema, hub/settings.schema.json: a deployment through it needs that list too.)
 
 - `resolve`: which queue a user's sessions go to: a fixed name, the first of the user's
   hub groups found in a mapping (group -> queue, `"*"` for everyone else), or a callable.
@@ -12,19 +28,27 @@
 from __future__ import annotations
 
 import inspect
-import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
+
+from kubespawner.slugs import is_valid_label
 
 from gpusessions.core import labels as L
 from gpusessions.core.availability import Inventory, size_match
 from gpusessions.core.claims import Alternative, GPURequest
+from gpusessions.core.progress import Refused
+from gpusessions.core.sizes import mig_slices
 
 Obj = dict[str, Any]
 EQUIVALENTS_ANNOTATION = "gpusessions.io/gpu-equivalents"
-_MIG = re.compile(r"^(\d+)g\.(\d+)gb$")
+SCHEDULER_NAME = "kai-scheduler"
+# KAI's `build` (100) is non-preemptible: runs only within the queue's quota, never evicted. An
+# interactive session waits rather than vanishes. (The chart's settings schema lists KAI's
+# priority classes for `priorityClass`: hub/settings.schema.json.)
+PRIORITY_CLASS = "build"
 
 
 async def resolve(setting: Any, spawner: Any, groups: Iterable[str], default: str = "") -> str | None:
@@ -45,9 +69,8 @@ async def resolve(setting: Any, spawner: Any, groups: Iterable[str], default: st
 
 def device_equivalent(device: Obj | None) -> Fraction:
     """GPU-equivalents of one device: N/7 for a MIG slice Ng.*, 1 for a whole GPU."""
-    profile = (((device or {}).get("attributes") or {}).get("profile") or {}).get("string", "")
-    m = _MIG.match(profile)
-    return Fraction(int(m.group(1)), 7) if m else Fraction(1)
+    slices = mig_slices(device)
+    return Fraction(slices, 7) if slices is not None else Fraction(1)
 
 
 def request_equivalent(request: GPURequest, inv: Inventory, classes: dict[str, Obj]) -> Fraction:
@@ -156,3 +179,179 @@ def team_figure(use: TeamUse, limit: float | None, want: Fraction, own: Fraction
         "text": team_text(use, limit),
         "note": note,
     }
+
+
+NO_TEAM: Obj = {
+    "name": None,
+    "used": None,
+    "sessions": None,
+    "limit": None,
+    "size": None,
+    "exceeds": False,
+    "text": (
+        "You are in no team with a GPU queue, so your server cannot start. "
+        "Ask your admin to add you to a team."
+    ),
+    "note": "",
+}
+
+
+@dataclass(frozen=True)
+class Team:
+    """A user's team queue as the picker shows it; `use` is None while not counted."""
+
+    queue: str | None  # None: the user is in no team
+    use: TeamUse | None = None
+    limit: float | None = None
+    own: Fraction = Fraction(0)  # what the user's own kept claim holds (a restart reuses it)
+
+    def figure(self, want: Fraction) -> Obj:
+        """The team's figures for one size (the availability JSON's `queue`)."""
+        if self.queue is None:
+            return dict(NO_TEAM)
+        if self.use is None:
+            return {
+                **NO_TEAM,
+                "name": self.queue,
+                "limit": self.limit,
+                "text": f"Team {self.queue}: GPU use unknown right now.",
+            }
+        return team_figure(self.use, self.limit, want, self.own)
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """The scheduling fields of a session's pods: scheduler, priority class, queue labels."""
+
+    scheduler_name: str | None = None
+    priority_class: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """How sessions are queued (KAI Scheduler): the spawner's `kai_*` settings and every
+    decision made from them. Pure: what needs the cluster (the claims a team holds, the
+    devices a size may get) is passed in."""
+
+    queues: Any = ""  # kai_queue: a name, {group: queue}, or a callable (spawner) -> name
+    default_queue: str = ""
+    scheduler_name: str = SCHEDULER_NAME
+    priority_class: str = PRIORITY_CLASS
+    gpu_quota: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spawner: Any) -> QueuePolicy:
+        """The policy of a spawner's settings as they are now (a profile may override them)."""
+        return cls(
+            queues=getattr(spawner, "kai_queue", "") or "",
+            default_queue=getattr(spawner, "kai_default_queue", "") or "",
+            scheduler_name=getattr(spawner, "kai_scheduler_name", SCHEDULER_NAME),
+            priority_class=getattr(spawner, "kai_priority_class", PRIORITY_CLASS),
+            gpu_quota=dict(getattr(spawner, "kai_gpu_quota", None) or {}),
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.queues)
+
+    async def queue_of(self, spawner: Any, groups: Iterable[str]) -> str | None:
+        """The queue of this user's sessions, None when queues are not used; `Refused` for a
+        user without one (never the scheduler's silent default queue) or a name that is no
+        valid label value."""
+        if not self.enabled:
+            return None
+        groups = list(groups)
+        queue = await resolve(self.queues, spawner, groups, self.default_queue)
+        if not queue:
+            raise Refused(
+                "You are in no team with a GPU queue"
+                + (f" (your groups: {', '.join(sorted(groups))})" if groups else " (you are in no group)")
+                + ", so your server cannot be scheduled. Ask your admin to add you to a team.",
+                reason="no-queue",
+            )
+        if not is_valid_label(queue):
+            raise Refused(
+                f"This hub's queue setting gives the queue name {queue[:80]!r}, which is not a valid "
+                "Kubernetes label value. Ask your admin to fix kai_queue.",
+                reason="invalid-queue",
+            )
+        return queue
+
+    async def team_of(
+        self, spawner: Any, groups: Iterable[str], log: Any = None, user: str = ""
+    ) -> Team | None:
+        """The picker's view of the user's team (use not counted yet); None when queues are not
+        used or the setting fails (the sizes still show, the team not)."""
+        if not self.enabled:
+            return None
+        try:
+            queue = await resolve(self.queues, spawner, list(groups), self.default_queue)
+        except Exception as e:
+            log = log or logging.getLogger("gpusessions")
+            log.warning("kai_queue failed for %s in the picker: %s", user, e)
+            return None
+        if not queue:
+            return Team(None)
+        return Team(queue, None, self.limit(queue))
+
+    def labels(self, queue: str | None) -> dict[str, str]:
+        """The labels that put a claim or a pod in `queue`."""
+        return {L.QUEUE_LABEL: queue} if queue else {}
+
+    def scheduling(self, queue: str | None) -> Scheduling | None:
+        """The scheduling fields of a session's pods in `queue`; None without a queue (the pods
+        keep KubeSpawner's `scheduler_name` and `priority_class_name`)."""
+        if not queue:
+            return None
+        return Scheduling(self.scheduler_name, self.priority_class or None, self.labels(queue))
+
+    def limit(self, queue: str | None) -> float | None:
+        """The team's quota in GPU-equivalents; None: no limit."""
+        value = self.gpu_quota.get(queue) if queue else None
+        return None if value is None else float(value)
+
+    def charge(self, request: GPURequest, inv: Inventory, classes: dict[str, Obj]) -> Fraction:
+        """What a new claim of `request` counts against its team's quota."""
+        return request_equivalent(request, inv, classes)
+
+    def claim_annotations(self, charged: Fraction) -> dict[str, str]:
+        """A new claim remembers what it was charged (its use until it is allocated)."""
+        return {EQUIVALENTS_ANNOTATION: str(charged)}
+
+    def admit(
+        self,
+        queue: str,
+        request: GPURequest,
+        charged: Fraction,
+        claims: Iterable[Obj],
+        inv: Inventory,
+        exclude: tuple[str, str] | None = None,
+    ) -> None:
+        """`Refused` when a new claim of `request` would take the team past its quota (best
+        effort: two spawns in the same instant may both pass; the scheduler's quota is the
+        hard limit). `exclude`: the (namespace, name) of the claim being replaced."""
+        limit = self.limit(queue)
+        if limit is None:
+            return
+        use = team_use(claims, queue, inv, exclude=exclude)
+        message = over_quota(use, limit, charged, request.describe())
+        if message:
+            raise Refused(message, reason="team-quota")
+
+    def counted(
+        self, team: Team, claims: Iterable[Obj], inv: Inventory, mine: Obj | None, use: TeamUse | None = None
+    ) -> Team:
+        """The team with its use counted (`use`, if already counted for these claims) and the
+        user's own kept claim `mine` (a restart reuses it rather than adds to the use)."""
+        if team.queue is None:
+            return team
+        if use is None:
+            use = team_use(claims, team.queue, inv)
+        own = Fraction(0)
+        md = (mine or {}).get("metadata") or {}
+        if self.labels(team.queue).items() <= (md.get("labels") or {}).items() and not md.get(
+            "deletionTimestamp"
+        ):
+            own = claim_equivalent(mine or {}, inv)
+        return Team(team.queue, use, team.limit, own)

@@ -293,6 +293,18 @@ def _balanced(s: str) -> bool:
     return depth == 0
 
 
+# A MIG profile's name, `<N>g.<M>gb`: N of the GPU's 7 compute slices and about M GB of memory.
+MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb$")
+
+
+def mig_slices(device: Obj | None) -> int | None:
+    """The compute slices (of 7) of a MIG device, from its `profile` attribute; None for a
+    whole GPU (or a device that says no profile)."""
+    profile = (((device or {}).get("attributes") or {}).get("profile") or {}).get("string", "")
+    m = MIG_PROFILE.match(profile)
+    return int(m.group(1)) if m else None
+
+
 def device_class(name: str, match: DeviceMatch, labels: dict[str, str] | None = None) -> Obj:
     """A DeviceClass manifest for one GPU size."""
     return {

@@ -14,7 +14,6 @@ from gpusessions.kube.watch import Cache
 
 Obj = dict[str, Any]
 CLAIMS = f"{L.MANAGED_BY}={L.MANAGER}"
-HOLDERS = f"{L.MANAGED_BY}={L.MANAGER},{L.COMPONENT}=holder"
 
 
 class ClusterSide:
@@ -35,10 +34,10 @@ class ClusterSide:
             list_claims = partial(
                 self.resource.list_namespaced_resource_claim, namespace, label_selector=CLAIMS
             )
-            list_holders = partial(self.core.list_namespaced_pod, namespace, label_selector=HOLDERS)
+            list_holders = partial(self.core.list_namespaced_pod, namespace, label_selector=L.HOLDERS)
         else:
             list_claims = partial(self.resource.list_resource_claim_for_all_namespaces, label_selector=CLAIMS)
-            list_holders = partial(self.core.list_pod_for_all_namespaces, label_selector=HOLDERS)
+            list_holders = partial(self.core.list_pod_for_all_namespaces, label_selector=L.HOLDERS)
         self.claims = Cache("resourceclaims", list_claims, self._changed)
         self.holders = Cache("pods", list_holders, self._changed)
         # Nodes: a session whose GPU's node is gone is cleaned up (needs list/watch on nodes;

@@ -8,13 +8,13 @@ from typing import Any
 
 from gpusessions.core import labels as L
 from gpusessions.core.claims import allocated_devices, allocated_node, allocation, describe_spec
+from gpusessions.core.labels import CULL_AT as CULL_AT
+from gpusessions.core.labels import CULL_REASON as CULL_REASON
+from gpusessions.core.labels import KEEP_UNTIL as KEEP_UNTIL
+from gpusessions.core.labels import STOPPED_SINCE as STOPPED_SINCE
+from gpusessions.core.labels import WARNED_AT as WARNED_AT
 
 Obj = dict[str, Any]
-KEEP_UNTIL = "gpusessions.io/keep-until"
-WARNED_AT = "gpusessions.io/warned-at"
-STOPPED_SINCE = "gpusessions.io/stopped-since"
-CULL_AT = "gpusessions.io/cull-at"
-CULL_REASON = "gpusessions.io/cull-reason"
 
 
 def parse_time(value: str | None) -> float | None:

@@ -100,7 +100,6 @@ class WarningsHandler(APIHandler):
     """
 
     async def get(self, user_name: str) -> None:
-        from gpusessions.culler.model import CULL_AT, CULL_REASON, KEEP_UNTIL, WARNED_AT
         from gpusessions.kube.watch import cluster_view
 
         server = self.get_argument("server", None)
@@ -114,14 +113,14 @@ class WarningsHandler(APIHandler):
             ann = c["metadata"].get("annotations") or {}
             if server is not None and ann.get(L.SERVER_ANNOTATION, "") != server:
                 continue
-            if ann.get(WARNED_AT) and not ann.get(KEEP_UNTIL):
+            if ann.get(L.WARNED_AT) and not ann.get(L.KEEP_UNTIL):
                 out.append(
                     {
                         "server": ann.get(L.SERVER_ANNOTATION, ""),
                         "claim": c["metadata"]["name"],
                         "profile": ann.get(L.PROFILE_ANNOTATION, ""),
-                        "cull_at": float(ann.get(CULL_AT) or 0) or None,
-                        "reason": ann.get(CULL_REASON, ""),
+                        "cull_at": float(ann.get(L.CULL_AT) or 0) or None,
+                        "reason": ann.get(L.CULL_REASON, ""),
                     }
                 )
         from gpusessions.hub import notices
@@ -136,7 +135,6 @@ class KeepHandler(APIHandler):
     async def post(self, user_name: str) -> None:
         import time
 
-        from gpusessions.culler.model import CULL_AT, CULL_REASON, KEEP_UNTIL, WARNED_AT
         from gpusessions.kube.api import SessionAPI
 
         server = self.get_argument("server", "")
@@ -149,7 +147,7 @@ class KeepHandler(APIHandler):
         ok = await SessionAPI().annotate_claim(
             state["namespace"],
             state["claim"],
-            {KEEP_UNTIL: str(until), WARNED_AT: None, CULL_AT: None, CULL_REASON: None},
+            {L.KEEP_UNTIL: str(until), L.WARNED_AT: None, L.CULL_AT: None, L.CULL_REASON: None},
         )
         if not ok:
             raise web.HTTPError(404, "The GPU was already released.")

@@ -25,6 +25,7 @@ from typing import Any
 
 import jsonschema
 
+from gpusessions.core import queues as Q
 from gpusessions.core.sizes import DeviceMatch
 from gpusessions.culler.hubconfig import configure_culler
 from gpusessions.hub.handlers import configure_hub
@@ -192,8 +193,8 @@ def apply(c: Any, settings: Obj, culler_env: dict[str, str] | None = None) -> No
         mapping = {grp: q for q, spec in kai["queues"].items() for grp in spec["groups"]}
         g.kai_queue = mapping
         g.kai_default_queue = kai.get("defaultQueue", "")
-        g.kai_priority_class = kai.get("priorityClass", "build")
-        g.kai_scheduler_name = kai.get("schedulerName", "kai-scheduler")
+        g.kai_priority_class = kai.get("priorityClass", Q.PRIORITY_CLASS)
+        g.kai_scheduler_name = kai.get("schedulerName", Q.SCHEDULER_NAME)
         g.kai_gpu_quota = {
             q: spec["gpuEquivalents"] for q, spec in kai["queues"].items() if spec.get("gpuEquivalents")
         }

@@ -1,5 +1,9 @@
-"""The GPU-size picker: availability figures per profile, the spawn form, and
-`GET /hub/api/gpusessions/availability`."""
+"""The GPU-size picker: availability figures per profile in words, the spawn form, and
+`GET /hub/api/gpusessions/availability`.
+
+Counting is `core.availability`'s (`Figures`, kept per data version by the view's
+`FiguresCache`); the team's figures are `core.queues.QueuePolicy`'s; this module puts
+them in words and in the JSON."""
 
 from __future__ import annotations
 
@@ -14,11 +18,10 @@ import jinja2
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
-from gpusessions.core import labels as L
 from gpusessions.core import queues as Q
-from gpusessions.core.availability import profile_figures
-from gpusessions.core.claims import Alternative, GPURequest
-from gpusessions.core.sizes import size_selectors
+from gpusessions.core.availability import Derived, Figures, FiguresCache
+from gpusessions.core.claims import GPURequest
+from gpusessions.core.requests import profile_settings, request_from
 from gpusessions.kube.watch import cluster_view
 
 Obj = dict[str, Any]
@@ -29,128 +32,28 @@ _ENV = jinja2.Environment(
 
 
 def profile_request(spawner: Any, profile: Obj) -> GPURequest:
-    """The GPU request a profile makes: its overrides (and default choices') over the spawner's settings."""
-    ov: dict[str, Any] = dict(profile.get("kubespawner_override") or {})
-    for option in (profile.get("profile_options") or {}).values():
-        choices = option.get("choices") or {}
-        default: Obj = next(
-            (c for c in choices.values() if c.get("default")), next(iter(choices.values()), {})
-        )
-        ov.update(default.get("kubespawner_override") or {})
-
-    def get(name: str) -> Any:
-        v = ov.get(name, getattr(spawner, name))
-        return v(spawner) if callable(v) else v
-
-    alts = tuple(
-        Alternative(str(a.get("device_class", "")), int(a.get("count", 1)), tuple(a.get("selectors") or ()))
-        for a in get("gpu_first_available") or []
-    )
-    return GPURequest(
-        device_class=str(get("gpu_device_class") or "") if not alts else "",
-        count=int(get("gpu_count")),
-        selectors=tuple(get("gpu_selectors") or ()) + size_selectors(get("gpu_size")),
-        first_available=alts,
-    )
+    """The GPU request a profile makes (its overrides over the spawner's settings), checked as
+    the spawner checks it: `InvalidSettings` (a ValueError) when the spawner would refuse it."""
+    return request_from(profile_settings(spawner, profile))
 
 
-def describe_availability(f: Obj) -> str:
-    state = f["state"]
+# -- words --------------------------------------------------------------------------------
+def describe_availability(f: Figures) -> str:
+    state = f.state
     if state == "cpu":
         return "No GPU: starts right away."
     if state == "free":
-        return f"{f['free']} of {f['total']} free now."
+        return f"{f.free} of {f.total} free now."
     if state == "none-free":
         return (
-            f"None free now (all {f['total']} in use). You can still start: you will wait in line "
+            f"None free now (all {f.total} in use). You can still start: you will wait in line "
             "and this page tells you when a GPU is yours."
         )
     if state == "not-offered":
         return "Not offered on this cluster right now."
-    if f.get("note", "").startswith("this size's selector fails"):
-        return f"Availability unknown: {f['note']}. Ask your admin to fix this size."
+    if (f.note or "").startswith("this size's selector fails"):
+        return f"Availability unknown: {f.note}. Ask your admin to fix this size."
     return "Availability unknown (this size uses a custom selector)."
-
-
-@dataclass(frozen=True)
-class Team:
-    """The user's team queue (KAI) as the picker shows it; `use` is None while unknown."""
-
-    queue: str | None  # None: the user is in no team
-    use: Q.TeamUse | None = None
-    limit: float | None = None
-    own: Fraction = Fraction(0)  # what the user's own kept claim holds (a restart reuses it)
-
-
-NO_TEAM = {
-    "name": None,
-    "used": None,
-    "sessions": None,
-    "limit": None,
-    "size": None,
-    "exceeds": False,
-    "text": (
-        "You are in no team with a GPU queue, so your server cannot start. "
-        "Ask your admin to add you to a team."
-    ),
-    "note": "",
-}
-
-
-async def user_queue(spawner: Any) -> Team | None:
-    """The user's team queue (use not counted yet), or None when KAI queues are not configured."""
-    setting = getattr(spawner, "kai_queue", None)
-    if not setting:
-        return None
-    groups = [g.name for g in getattr(spawner.user, "groups", []) or []]
-    try:
-        queue = await Q.resolve(setting, spawner, groups, getattr(spawner, "kai_default_queue", ""))
-    except Exception as e:  # a kai_queue callable that fails: the sizes still show, the team not
-        spawner.log.warning("kai_queue failed for %s in the picker: %s", spawner.user.name, e)
-        return None
-    if not queue:
-        return Team(None)
-    limit = (getattr(spawner, "kai_gpu_quota", None) or {}).get(queue)
-    return Team(queue, None, None if limit is None else float(limit))
-
-
-def team_of(
-    spawner: Any, team: Team | None, view: Any, inv: Any, memo: dict[Any, Any] | None, version: int
-) -> Team | None:
-    """The team with its use counted from the view's claims (kept per data version)."""
-    if team is None or team.queue is None:
-        return team
-    queue = team.queue
-    key = ("team", version, queue)
-    use = memo.get(key) if memo is not None else None
-    if use is None:
-        use = Q.team_use(view.claims.objects.values(), queue, inv)
-        if memo is not None:
-            memo[key] = use
-    own = Fraction(0)
-    names = getattr(spawner, "_names", None)
-    if names is not None:
-        n = names()
-        mine = view.claims.objects.get(f"{n.namespace}/{n.claim}")
-        md = (mine or {}).get("metadata") or {}
-        if (md.get("labels") or {}).get(L.QUEUE_LABEL) == queue and not md.get("deletionTimestamp"):
-            own = Q.claim_equivalent(mine or {}, inv)
-    return Team(queue, use, team.limit, own)
-
-
-def team_figure(team: Team | None, want: Fraction) -> Obj | None:
-    if team is None:
-        return None
-    if team.queue is None:
-        return dict(NO_TEAM)
-    if team.use is None:
-        return {
-            **NO_TEAM,
-            "name": team.queue,
-            "limit": team.limit,
-            "text": f"Team {team.queue}: GPU use unknown right now.",
-        }
-    return Q.team_figure(team.use, team.limit, want, team.own)
 
 
 def memory_text(least: int | None, most: int | None = None) -> str:
@@ -162,135 +65,142 @@ def memory_text(least: int | None, most: int | None = None) -> str:
     return f"{least / 2**30:.1f} GiB"
 
 
-def base_figures(
-    request: GPURequest,
-    derived: tuple[Any, ...],
-    memo: dict[Any, Obj] | None,
-    version: int,
-    slice_memo: dict[Any, Any] | None,
-) -> Obj:
-    """The figures of one request for one version of the data, kept in `memo`."""
-    key = (version, request.hash(), request.count)
-    base = memo.get(key) if memo is not None else None
-    if base is None:
-        inv, allocated, left, classes = derived
-        base = profile_figures({"slug": "-"}, request, inv, allocated, classes, left, slice_memo)
-        if memo is not None:
-            if len(memo) > 256:
-                memo.clear()
-            memo[key] = base
-    return base
+def compute_text(f: Figures) -> str:
+    """A session's share of compute: '1/7 of a GPU', '2 x 3/7 of a GPU', '1 whole GPU'."""
+    if f.device == "mig":
+        share = f"{f.slices}/7 of a GPU"
+        return share if f.count == 1 else f"{f.count} x {share}"
+    if f.device == "gpu":
+        return "1 whole GPU" if f.count == 1 else f"{f.count} whole GPUs"
+    return ""
 
 
-def warm(view: Any) -> None:
-    """Count the sizes views asked for lately, for the view's current data: the watch calls this
-    after a change, so the next page view finds its figures ready instead of counting."""
-    derived = view.derived()
-    for request in list(view.recent.values()):
-        base_figures(request, derived, view.memo, view.computed_version, view.slice_memo)
+@dataclass(frozen=True)
+class Row:
+    """One profile in the picker: its figures and the words shown for them."""
+
+    profile: Obj
+    figures: Figures
+    availability: str
+    queue: Obj | None  # the team's figures for this size (None without team queues)
+    memory_text: str | None = None  # None: not said (the profile's settings are invalid)
+    described: bool = False  # the profile's description and default are given
+
+    def json(self) -> Obj:
+        """The profile's entry in the availability JSON (and the form)."""
+        f, p = self.figures, self.profile
+        out: Obj = {"slug": p["slug"], "display_name": p.get("display_name", p["slug"])}
+        if self.described:
+            out["description"] = p.get("description", "")
+            out["default"] = bool(p.get("default"))
+        out.update(gpu=f.gpu, state=f.state, free=f.free, total=f.total, memory=f.memory)
+        if f.counted:
+            out["memory_max"] = f.memory_max
+        out["compute"] = compute_text(f)
+        if f.note is not None:
+            out["note"] = f.note
+        if self.memory_text is not None:
+            out["memory_text"] = self.memory_text
+        out["availability"] = self.availability
+        out["queue"] = self.queue
+        return out
 
 
+def _invalid(profile: Obj, error: Exception, team: Q.Team | None) -> Row:
+    figures = Figures("unknown", note=f"invalid profile settings: {error}")
+    return Row(profile, figures, "Availability unknown.", team.figure(Fraction(0)) if team else None)
+
+
+# -- counting -----------------------------------------------------------------------------
 def compute_figures(
     spawner: Any,
     profile_list: list[Obj],
-    derived: tuple[Any, ...],
-    memo: dict[Any, Obj] | None = None,
+    derived: Derived,
+    cache: FiguresCache | None = None,
     version: int = 0,
-    slice_memo: dict[Any, Any] | None = None,
-    team: Team | None = None,
-    recent: dict[Any, GPURequest] | None = None,
+    team: Q.Team | None = None,
 ) -> list[Obj]:
-    """Figures for each profile from the view's derived data; `memo` keeps them per data version,
-    so a page view costs a lookup, not a count over every device. The requests go into `recent`,
-    which the watch counts again after each change (`warm`)."""
+    """Figures for each profile from the view's derived data; `cache` keeps them per data
+    version, so a page view costs a lookup, not a count over every device, and remembers the
+    sizes asked for, which the watch counts again after each change (`FiguresCache.warm`)."""
+    cache = cache if cache is not None else FiguresCache()
+    policy = Q.QueuePolicy.of(spawner)
     inv, _, _, classes = derived
     out = []
     for p in profile_list:
         try:
             request = profile_request(spawner, p)
         except (TypeError, ValueError) as e:
-            out.append(
-                {
-                    "slug": p["slug"],
-                    "display_name": p.get("display_name", p["slug"]),
-                    "state": "unknown",
-                    "free": None,
-                    "total": None,
-                    "gpu": None,
-                    "memory": None,
-                    "compute": "",
-                    "availability": "Availability unknown.",
-                    "note": f"invalid profile settings: {e}",
-                    "queue": team_figure(team, Fraction(0)),
-                }
-            )
+            out.append(_invalid(p, e, team).json())
             continue
-        base = base_figures(request, derived, memo, version, slice_memo)
-        if recent is not None:
-            if len(recent) > 64:
-                recent.clear()
-            recent[(request.hash(), request.count)] = request
-        f = {
-            **base,
-            "slug": p["slug"],
-            "display_name": p.get("display_name", p["slug"]),
-            "description": p.get("description", ""),
-            "default": bool(p.get("default")),
-        }
-        f["memory_text"] = memory_text(f.get("memory"), f.get("memory_max"))
-        f["availability"] = describe_availability(f)
-        f["queue"] = team_figure(team, _equivalent(request, inv, classes, slice_memo)) if team else None
-        out.append(f)
+        f = cache.figures(request, derived, version)
+        cache.viewed(request)
+        queue = team.figure(_equivalent(policy, request, inv, classes, cache)) if team else None
+        row = Row(
+            p,
+            f,
+            describe_availability(f),
+            queue,
+            memory_text(f.memory, f.memory_max),
+            described=True,
+        )
+        out.append(row.json())
     return out
 
 
 def _equivalent(
-    request: GPURequest, inv: Any, classes: dict[str, Obj], slice_memo: dict[Any, Any] | None
+    policy: Q.QueuePolicy, request: GPURequest, inv: Any, classes: dict[str, Obj], cache: FiguresCache
 ) -> Fraction:
     """GPU-equivalents a size counts against the team's quota (kept until the slices change)."""
     if not request.wants_gpu:
         return Fraction(0)
-    key = ("equivalents", request.hash(), request.count)
-    want = slice_memo.get(key) if slice_memo is not None else None
-    if want is None:
-        want = Q.request_equivalent(request, inv, classes)
-        if slice_memo is not None:
-            slice_memo[key] = want
-    return want
+    return cache.for_shape(
+        ("equivalents", request.hash(), request.count), lambda: policy.charge(request, inv, classes)
+    )
+
+
+def _counted_team(
+    spawner: Any, policy: Q.QueuePolicy, team: Q.Team | None, view: Any, version: int
+) -> Q.Team | None:
+    """The team with its use counted from the view's claims (kept per data version)."""
+    if team is None or team.queue is None:
+        return team
+    queue = team.queue
+    inv = view.derived()[0]
+    claims = view.claims.objects
+    use = view.figures.for_version(version, ("team", queue), lambda: Q.team_use(claims.values(), queue, inv))
+    mine = None
+    names = getattr(spawner, "_names", None)
+    if names is not None:
+        n = names()
+        mine = claims.get(f"{n.namespace}/{n.claim}")
+    return policy.counted(team, claims.values(), inv, mine, use)
 
 
 async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
     view = cluster_view()
     ready = await view.wait_ready(timeout=5)
-    team = await user_queue(spawner)
+    policy = Q.QueuePolicy.of(spawner)
+    groups = [g.name for g in getattr(spawner.user, "groups", []) or []]
+    team = await policy.team_of(spawner, groups, spawner.log, spawner.user.name)
     # From here on nothing awaits: the figures are made from one version of the data.
     derived = view.derived()
     version, computed_from = view.computed_version, view.computed_from
-    view.warm = warm
     view.viewed()
     if ready:
-        team = team_of(spawner, team, view, derived[0], view.memo, version)
-        profiles = compute_figures(
-            spawner, profile_list, derived, view.memo, version, view.slice_memo, team, view.recent
-        )
+        team = _counted_team(spawner, policy, team, view, version)
+        profiles = compute_figures(spawner, profile_list, derived, view.figures, version, team)
     else:
         profiles = []
         for p in profile_list:
-            wants = profile_request(spawner, p).wants_gpu
-            f = {
-                "slug": p["slug"],
-                "display_name": p.get("display_name", p["slug"]),
-                "state": "unknown" if wants else "cpu",
-                "free": None,
-                "total": None,
-                "gpu": None,
-                "memory": None,
-                "compute": "",
-                "memory_text": "",
-                "queue": team_figure(team, Fraction(0)),
-            }
-            f["availability"] = describe_availability(f)
-            profiles.append(f)
+            try:
+                wants = profile_request(spawner, p).wants_gpu
+            except (TypeError, ValueError) as e:
+                profiles.append(_invalid(p, e, team).json())
+                continue
+            f = Figures("unknown" if wants else "cpu")
+            row = Row(p, f, describe_availability(f), team.figure(Fraction(0)) if team else None, "")
+            profiles.append(row.json())
     return {
         "profiles": profiles,
         "updated": time.time(),

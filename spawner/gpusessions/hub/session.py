@@ -12,24 +12,25 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from gpusessions.core import claims as C
 from gpusessions.core import kernels as K
 from gpusessions.core import labels as L
 from gpusessions.core import progress as P
+from gpusessions.core.progress import Refused as Refused
 from gpusessions.kube.api import Conflict, SessionAPI
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 
-class Refused(Exception):
-    """An expected refusal the user should read (becomes a SpawnException)."""
+class Admission(Protocol):
+    """What a new claim needs from its scheduler queue (`hub.admission.Admission`)."""
 
-    def __init__(self, message: str, reason: str):
-        super().__init__(message)
-        self.message = message
-        self.reason = reason
+    async def admit(self, request: C.GPURequest) -> dict[str, str]:
+        """The new claim's annotations; raises `Refused` when its team may not take it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,7 @@ class GPUSession:
         extra_labels: dict[str, str] | None = None,
         poll_interval: float = 0.5,
         kernels: K.KernelSettings | None = None,
-        before_create: Callable[[], Awaitable[None]] | None = None,
-        extra_annotations: dict[str, str] | None = None,
+        admission: Admission | None = None,
         claim_changed: Callable[[str, str, str | None, float], Awaitable[None]] | None = None,
     ):
         self.api = api
@@ -80,8 +80,8 @@ class GPUSession:
         self.extra_labels = extra_labels or {}
         self.poll = poll_interval
         self.kernels = kernels
-        self.before_create = before_create
-        self.extra_annotations = extra_annotations or {}
+        # Asked before a claim is created (not when a kept one is adopted): the team's quota.
+        self.admission = admission
         # (namespace, claim, resourceVersion seen, timeout): returns when the claim changed
         # (a watch), so waiting for the allocation needs no polling; None: poll with back-off.
         self.claim_changed = claim_changed
@@ -187,35 +187,85 @@ class GPUSession:
         """An object of this session that the claim owns: adopted if ours and of this claim,
         replaced if left from an earlier claim (the collector will take that one), refused if
         someone else's."""
-        for _ in range(3):
+
+        async def get() -> Obj | None:
             md = await get_metadata(self.n.namespace, name)
-            if md is not None:
-                if not self._owned({"metadata": md}):
+            return None if md is None else {"metadata": md}
+
+        async def adopt(existing: Obj) -> bool:
+            if K.owned_by_claim(existing["metadata"], claim):
+                return True
+            await delete(self.n.namespace, name)
+            return False
+
+        await self._adopt_or_create(kind, kind, name, "kernels-object-conflict", get, adopt, create)
+
+    async def _adopt_or_create(
+        self,
+        kind: str,
+        what: str,
+        name: str,
+        reason: str,
+        get: Callable[[], Awaitable[Obj | None]],
+        adopt: Callable[[Obj], Awaitable[bool]],
+        create: Callable[[], Awaitable[Any]],
+    ) -> tuple[Any, bool]:
+        """One object of this session: (object, True) when an existing one of ours is adopted
+        (`adopt` says yes; when it says no it has cleared the object away, and the decision is
+        made again), (created, False) when made; someone else's is refused and left alone. A 409
+        on create (made meanwhile, by another hub process or a retried request) decides again."""
+        for _ in range(3):
+            existing = await get()
+            if existing is not None:
+                if not self._owned(existing):
                     raise Refused(
                         f"A {kind} named {name} already exists in {self.n.namespace} and does not "
                         "belong to this server; nothing was changed. Ask your admin.",
-                        reason="kernels-object-conflict",
+                        reason=reason,
                     )
-                if K.owned_by_claim(md, claim):
-                    return
-                await delete(self.n.namespace, name)
+                if await adopt(existing):
+                    return existing, True
                 continue
             try:
-                await create()
-                return
+                return await create(), False
             except Conflict:
                 continue
-        raise Refused(
-            f"Could not create the {kind} {name}: it keeps changing.", reason="kernels-object-conflict"
-        )
+        raise Refused(f"Could not create the {what} {name}: it keeps changing.", reason=reason)
+
+    async def _poll(
+        self,
+        attempt: Callable[[], Awaitable[tuple[bool, T]]],
+        timeout: float,
+        expired: Callable[[], Awaitable[Exception]],
+        interval: float,
+        backoff: float = 1.0,
+        longest: float = 0.0,
+        pause: Callable[[float], Awaitable[None]] | None = None,
+    ) -> T:
+        """Call `attempt` until it says done (and what it got), waiting `interval` between
+        calls (times `backoff`, up to `longest`; `pause` may return sooner, a watch); after
+        `timeout` seconds raise what `expired` returns."""
+        deadline = time.monotonic() + timeout
+        while True:
+            done, value = await attempt()
+            if done:
+                return value
+            if time.monotonic() >= deadline:
+                raise await expired()
+            await (pause or asyncio.sleep)(interval)
+            interval *= backoff
+            if longest:
+                interval = min(interval, longest)
 
     async def _wait_gateway(self, timeout: float) -> str | None:
         """The holder's kernel gateway URL, once it answers (its readiness probe)."""
         assert self.kernels is not None
-        deadline = time.monotonic() + timeout
+        port = self.kernels.port
         said = False
-        interval = min(self.poll, 0.25)
-        while True:
+        holder: Obj | None = None
+
+        async def attempt() -> tuple[bool, str | None]:
+            nonlocal said, holder
             holder = await self.api.get_pod(self.n.namespace, self.n.holder)
             if holder is None:
                 raise Refused(
@@ -228,19 +278,21 @@ class GPUSession:
                     "Your kept GPU session has no kernel host (it was started before kept kernels "
                     "were turned on): kernels run in the notebook this time. Release the GPU to change that."
                 )
-                return None
-            url = K.gateway_url(holder, self.kernels.port)
+                return True, None
+            url = K.gateway_url(holder, port)
             if url:
-                return url
+                return True, url
             if not said:
                 self.emit("Starting your kernel host beside the GPU (kernels there survive restarts) ...")
                 said = True
-            if time.monotonic() >= deadline:
-                raise Refused(P.gateway_timeout(timeout, holder), reason="kernels-timeout")
-            # The kernel host takes seconds, not minutes: read often (the wait used to back
-            # off to 2 s and added about 1.5 s to a cold start).
-            await asyncio.sleep(interval)
-            interval = min(interval * 1.2, 0.5)
+            return False, None
+
+        async def expired() -> Exception:
+            return Refused(P.gateway_timeout(timeout, holder), reason="kernels-timeout")
+
+        # The kernel host takes seconds, not minutes: read often (the wait used to back
+        # off to 2 s and added about 1.5 s to a cold start).
+        return await self._poll(attempt, timeout, expired, min(self.poll, 0.25), 1.2, 0.5)
 
     async def heal_holder(self) -> str | None:
         """The holder pod was lost while the notebook runs: make a new one for the same claim
@@ -267,90 +319,83 @@ class GPUSession:
 
     async def _ensure_claim(self) -> tuple[Obj, bool]:
         """The claim for this request: adopted if ours and matching, else (re)created."""
-        for _ in range(3):
-            existing = await self.api.get_claim(self.n.namespace, self.n.claim)
-            if existing is not None:
-                if not self._owned(existing):
-                    raise Refused(
-                        f"A ResourceClaim named {self.n.claim} already exists in {self.n.namespace} "
-                        "and does not belong to this server; nothing was changed. Ask your admin.",
-                        reason="claim-conflict",
-                    )
-                if existing["metadata"].get("deletionTimestamp"):
-                    self.emit("Your previous GPU is still being released ...")
-                    await self._wait_claim_gone(60)
-                    continue
-                if C.claim_matches(existing, self.request):
-                    await self._relabel(existing)
-                    return existing, True
-                self.emit("You picked another GPU size: releasing the GPU you had ...")
-                await self.release(wait=True)
-                continue
-            if self.before_create is not None:
-                await self.before_create()  # e.g. the team's GPU quota; raises Refused
+        n = self.n
+
+        async def adopt(existing: Obj) -> bool:
+            if existing["metadata"].get("deletionTimestamp"):
+                self.emit("Your previous GPU is still being released ...")
+                await self._wait_claim_gone(60)
+                return False
+            if C.claim_matches(existing, self.request):
+                await self._relabel(existing)
+                return True
+            self.emit("You picked another GPU size: releasing the GPU you had ...")
+            await self.release(wait=True)
+            return False
+
+        async def create() -> Obj:
+            # The team's queue may refuse a new claim (its quota); a kept one is never refused.
+            annotations = await self.admission.admit(self.request) if self.admission is not None else {}
             body = C.build_claim(
-                self.n.claim,
-                self.n.namespace,
-                self.request,
-                self.n.username,
-                self.n.servername,
-                self.n.profile,
-                self.extra_labels,
+                n.claim, n.namespace, self.request, n.username, n.servername, n.profile, self.extra_labels
             )
-            body["metadata"]["annotations"].update(self.extra_annotations)
-            try:
-                self.log.info("Creating ResourceClaim %s/%s (%s)", self.n.namespace, self.n.claim, self.what)
-                return await self.api.create_claim(body), False
-            except Conflict:
-                continue  # created meanwhile (another hub process?): decide again
-        raise Refused(
-            f"Could not create the GPU claim {self.n.claim}: it keeps changing.", reason="claim-conflict"
+            body["metadata"]["annotations"].update(annotations)
+            self.log.info("Creating ResourceClaim %s/%s (%s)", n.namespace, n.claim, self.what)
+            return await self.api.create_claim(body)
+
+        return await self._adopt_or_create(
+            "ResourceClaim",
+            "GPU claim",
+            n.claim,
+            "claim-conflict",
+            lambda: self.api.get_claim(n.namespace, n.claim),
+            adopt,
+            create,
         )
 
     async def _ensure_holder(self) -> Obj:
-        for _ in range(3):
-            pod = await self.api.get_pod(self.n.namespace, self.n.holder)
-            if pod is not None:
-                if not self._owned(pod):
-                    raise Refused(
-                        f"A pod named {self.n.holder} already exists in {self.n.namespace} and does not "
-                        "belong to this server; nothing was changed. Ask your admin.",
-                        reason="holder-conflict",
-                    )
-                ann = (pod["metadata"].get("annotations") or {}).get(L.CLAIM_ANNOTATION)
-                if C.holder_lost(pod) or ann != self.n.claim:
-                    await self.api.delete_pod(self.n.namespace, self.n.holder, grace_seconds=0)
-                    await self._wait_pod_gone(60)
-                    continue
-                return pod
+        n = self.n
+
+        async def adopt(pod: Obj) -> bool:
+            ann = (pod["metadata"].get("annotations") or {}).get(L.CLAIM_ANNOTATION)
+            if C.holder_lost(pod) or ann != n.claim:
+                await self.api.delete_pod(n.namespace, n.holder, grace_seconds=0)
+                await self._wait_pod_gone(60)
+                return False
+            return True
+
+        async def create() -> Obj:
             body = C.build_holder_pod(
-                self.n.holder,
-                self.n.namespace,
-                self.n.claim,
+                n.holder,
+                n.namespace,
+                n.claim,
                 self.holder,
-                self.n.username,
-                self.n.servername,
+                n.username,
+                n.servername,
                 self.extra_labels,
                 self.kernels,
             )
-            try:
-                self.log.info("Creating holder pod %s/%s", self.n.namespace, self.n.holder)
-                return await self.api.create_pod(body)
-            except Conflict:
-                continue
-        raise Refused(
-            f"Could not create the holder pod {self.n.holder}: it keeps changing.", reason="holder-conflict"
+            self.log.info("Creating holder pod %s/%s", n.namespace, n.holder)
+            return await self.api.create_pod(body)
+
+        pod, _ = await self._adopt_or_create(
+            "pod",
+            "holder pod",
+            n.holder,
+            "holder-conflict",
+            lambda: self.api.get_pod(n.namespace, n.holder),
+            adopt,
+            create,
         )
+        return dict(pod)
 
     async def _wait_allocated(self, timeout: float) -> Obj:
-        deadline = time.monotonic() + timeout
         last_msg = ""
-        # Back off while waiting (up to 5 s between reads), so a long wait costs tens of
-        # API reads, not one pair every half second.
-        interval = self.poll
-        holder: Obj | None = None
         claim: Obj | None = None
-        while True:
+        holder: Obj | None = None
+
+        async def attempt() -> tuple[bool, Obj | None]:
+            nonlocal claim, holder, last_msg
             claim = await self.api.get_claim(self.n.namespace, self.n.claim)
             if claim is None:
                 raise Refused(
@@ -358,24 +403,33 @@ class GPUSession:
                     reason="claim-deleted",
                 )
             if C.allocation(claim) and self.n.holder in C.reserved_for(claim):
-                return claim
+                return True, claim
             holder = await self.api.get_pod(self.n.namespace, self.n.holder)
             msg = P.waiting(self.what, holder)
             if msg != last_msg:
                 self.emit(msg)
                 last_msg = msg
-            if time.monotonic() >= deadline:
-                text = P.timed_out(self.what, timeout, holder, claim)
-                self.log.info("GPU allocation timed out for %s: %s", self.n.claim, text)
-                await self.release(wait=False)
-                raise Refused(text, reason="gpu-timeout")
-            if self.claim_changed is not None:
-                # Woken by the watch when the claim changes; the back-off only bounds a missed event.
-                seen = (claim.get("metadata") or {}).get("resourceVersion")
-                await self.claim_changed(self.n.namespace, self.n.claim, seen, interval)
-            else:
+            return False, None
+
+        async def expired() -> Exception:
+            text = P.timed_out(self.what, timeout, holder, claim)
+            self.log.info("GPU allocation timed out for %s: %s", self.n.claim, text)
+            await self.release(wait=False)
+            return Refused(text, reason="gpu-timeout")
+
+        async def pause(interval: float) -> None:
+            if self.claim_changed is None:
                 await asyncio.sleep(interval)
-            interval = min(interval * 1.5, max(self.poll, 5.0))
+                return
+            # Woken by the watch when the claim changes; the back-off only bounds a missed event.
+            seen = ((claim or {}).get("metadata") or {}).get("resourceVersion")
+            await self.claim_changed(self.n.namespace, self.n.claim, seen, interval)
+
+        # Back off while waiting (up to 5 s between reads), so a long wait costs tens of
+        # API reads, not one pair every half second.
+        allocated = await self._poll(attempt, timeout, expired, self.poll, 1.5, max(self.poll, 5.0), pause)
+        assert allocated is not None
+        return allocated
 
     # -- release -----------------------------------------------------------------------
     async def release(self, wait: bool = False) -> bool:
@@ -416,8 +470,10 @@ class GPUSession:
     async def _wait_gone(
         self, get: Callable[[], Awaitable[Obj | None]], timeout: float, message: str, reason: str
     ) -> None:
-        deadline = time.monotonic() + timeout
-        while await get() is not None:
-            if time.monotonic() > deadline:
-                raise Refused(message, reason=reason)
-            await asyncio.sleep(self.poll)
+        async def attempt() -> tuple[bool, None]:
+            return await get() is None, None
+
+        async def expired() -> Exception:
+            return Refused(message, reason=reason)
+
+        await self._poll(attempt, timeout, expired, self.poll)

@@ -6,8 +6,10 @@ the same GPU (and node) comes back after a stop, a crash or a restart. A
 profile without a GPU spawns exactly as with KubeSpawner.
 
 This module holds the settings and the JupyterHub hooks only; the claim and
-holder lifecycle is in `session.py`, the objects in `claims.py`, option
-validation in `options.py`.
+holder lifecycle is in `session.py`, the claim and holder in `core/claims.py`, the
+notebook pod's GPU parts in `core/notebook_pod.py`, the GPU request of a profile in
+`core/requests.py`, the scheduler's queues in `core/queues.py` (`QueuePolicy`) and
+option validation in `core/options.py`.
 """
 
 from __future__ import annotations
@@ -18,22 +20,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from jupyterhub.spawner import SpawnException
-from kubernetes_asyncio.client import (
-    CoreV1ResourceClaim,
-    V1Affinity,
-    V1DownwardAPIVolumeFile,
-    V1DownwardAPIVolumeSource,
-    V1EnvVar,
-    V1NodeAffinity,
-    V1NodeSelector,
-    V1NodeSelectorRequirement,
-    V1NodeSelectorTerm,
-    V1ObjectFieldSelector,
-    V1PodResourceClaim,
-    V1ResourceRequirements,
-    V1Volume,
-    V1VolumeMount,
-)
 from kubespawner import KubeSpawner
 from traitlets import (
     Bool,
@@ -52,16 +38,16 @@ from traitlets import (
 from gpusessions.core import claims as C
 from gpusessions.core import kernels as K
 from gpusessions.core import labels as L
+from gpusessions.core import notebook_pod as NP
 from gpusessions.core import queues as Q
 from gpusessions.core.options import InvalidOptions
 from gpusessions.core.options import validate as validate_options
-from gpusessions.core.sizes import size_selectors
+from gpusessions.core.queues import QueuePolicy
+from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
+from gpusessions.hub.admission import Admission
 from gpusessions.hub.session import Allocation, GPUSession, Refused, SessionNames
 from gpusessions.kube.api import KubeError, SessionAPI
 
-SESSION_FILE_DIR = "/etc/gpusessions"
-SESSION_FILE = f"{SESSION_FILE_DIR}/session.json"
-SESSION_ANNOTATION = "gpusessions.io/session"
 # Profile settings that stop and the holder check need after a hub restart, when the profile's
 # kubespawner_override has not been applied again (KubeSpawner applies it only at a start).
 KEPT_SETTINGS = (
@@ -234,7 +220,7 @@ class GPUSessionSpawner(KubeSpawner):
         help="Queue for users `kai_queue` gives none; empty means such users are refused.",
     )
     kai_priority_class = Unicode(
-        "build",
+        Q.PRIORITY_CLASS,
         config=True,
         help="""PriorityClass of notebook and holder pods under KAI: `build` (100, the default) is
         non-preemptible: it runs only within the queue's quota and is never evicted. Use
@@ -242,7 +228,7 @@ class GPUSessionSpawner(KubeSpawner):
         reclaimed.""",
     )
     kai_scheduler_name = Unicode(
-        "kai-scheduler",
+        Q.SCHEDULER_NAME,
         config=True,
         help="schedulerName of notebook and holder pods when `kai_queue` is set.",
     )
@@ -345,27 +331,11 @@ class GPUSessionSpawner(KubeSpawner):
 
     # -- the GPU request of the chosen profile ---------------------------------------
     def gpu_request(self) -> C.GPURequest:
-        alts = []
-        for i, a in enumerate(self.gpu_first_available):
-            unknown = set(a) - {"device_class", "count", "selectors"}
-            if unknown or not isinstance(a.get("device_class"), str) or not a.get("device_class"):
-                raise TraitError(
-                    f"gpu_first_available[{i}] needs a device_class and may have count and selectors "
-                    f"(unknown keys: {sorted(unknown)})"
-                )
-            count = a.get("count", 1)
-            if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= self.gpu_count_max:
-                raise TraitError(f"gpu_first_available[{i}].count must be 1 to {self.gpu_count_max}")
-            sels = a.get("selectors", [])
-            if not isinstance(sels, list) or not all(isinstance(s, str) for s in sels):
-                raise TraitError(f"gpu_first_available[{i}].selectors must be a list of CEL strings")
-            alts.append(C.Alternative(a["device_class"], count, tuple(sels)))
-        return C.GPURequest(
-            device_class=self.gpu_device_class if not alts else "",
-            count=self.gpu_count,
-            selectors=tuple(self.gpu_selectors) + size_selectors(self.gpu_size),
-            first_available=tuple(alts),
-        )
+        """The GPU request of the settings as they are now (`core.requests.request_from`)."""
+        try:
+            return request_from({k: getattr(self, k) for k in GPU_SETTINGS})
+        except InvalidSettings as e:
+            raise TraitError(str(e)) from None
 
     def _names(self) -> SessionNames:
         return SessionNames(
@@ -393,14 +363,14 @@ class GPUSessionSpawner(KubeSpawner):
         return values[name] if isinstance(values, dict) and name in values else getattr(self, name)
 
     def _holder_settings(self) -> C.HolderSettings:
-        queue = self._kai_queue or self._gpu_state.get("queue")
+        queued = self._queues().scheduling(self._queue())
         return C.HolderSettings(
             image=self._setting("holder_image"),
             resources=dict(self._setting("holder_resources")),
             node_selector=dict(self._setting("node_selector") or {}),
             tolerations=tuple(t for t in self._setting("tolerations") or () if isinstance(t, dict)),
-            scheduler_name=(self.kai_scheduler_name if queue else self.scheduler_name) or None,
-            priority_class=(self.kai_priority_class if queue else self.priority_class_name) or None,
+            scheduler_name=(queued.scheduler_name if queued else self.scheduler_name) or None,
+            priority_class=(queued.priority_class if queued else self.priority_class_name) or None,
             image_pull_policy=self.image_pull_policy or None,
             agent_token_secret=self.agent_token_secret or None,
         )
@@ -427,24 +397,44 @@ class GPUSessionSpawner(KubeSpawner):
             agent_port=C.AGENT_PORT,
         )
 
-    def _queue_labels(self) -> dict[str, str]:
-        queue = self._kai_queue or self._gpu_state.get("queue")
-        return {L.QUEUE_LABEL: queue} if queue else {}
+    # -- the scheduler's queue (core/queues.py: QueuePolicy) --------------------------------
+    def _queues(self) -> QueuePolicy:
+        """The queue policy of the settings as they are now (a profile may override them)."""
+        return QueuePolicy.of(self)
 
-    def _session(self, request: C.GPURequest | None = None, equivalents: str | None = None) -> GPUSession:
+    def _queue(self) -> str | None:
+        """This server's queue: resolved at this start, or saved at the last one (hub restart)."""
+        return self._kai_queue or self._gpu_state.get("queue") or None
+
+    def _queue_labels(self) -> dict[str, str]:
+        return self._queues().labels(self._queue())
+
+    async def _resolve_queue(self) -> str | None:
+        """The user's queue, or None when queues are not used; refuses a user without one."""
+        groups = [g.name for g in getattr(self.user, "groups", []) or []]
+        try:
+            return await self._queues().queue_of(self, groups)
+        except Refused as e:
+            raise SpawnRefused(e.message, reason=e.reason) from None
+
+    def _session(self, request: C.GPURequest | None = None) -> GPUSession:
         wants = request is not None and request.wants_gpu
-        quota = self._kai_queue is not None and self._kai_queue in self.kai_gpu_quota
+        n = self._names()
+        admission = (
+            Admission(self._queues(), self._kai_queue, (n.namespace, n.claim), self.log, self._log_name)
+            if wants and self._kai_queue
+            else None
+        )
         return GPUSession(
             SessionAPI(timeout=self.k8s_api_request_timeout),
-            self._names(),
+            n,
             request or C.GPURequest(),
             self._holder_settings(),
             emit=self._emit,
             log=self.log,
             extra_labels=self._queue_labels(),
             kernels=self._kernel_settings() if wants and self.persist_kernels else None,
-            before_create=(lambda: self._check_quota(request)) if wants and quota and request else None,
-            extra_annotations={Q.EQUIVALENTS_ANNOTATION: equivalents} if equivalents else None,
+            admission=admission,
             claim_changed=self._claim_changed,
         )
 
@@ -457,59 +447,6 @@ class GPUSessionSpawner(KubeSpawner):
             await claims.wait_change(f"{namespace}/{name}", seen, timeout)
         else:
             await asyncio.sleep(timeout)
-
-    # -- KAI queues ------------------------------------------------------------------------
-    async def _resolve_queue(self) -> str | None:
-        """The user's queue (KAI), or None when KAI is not used; refuses a user without one."""
-        from kubespawner.slugs import is_valid_label
-
-        if not self.kai_queue:
-            return None
-        groups = [g.name for g in getattr(self.user, "groups", []) or []]
-        queue = await Q.resolve(self.kai_queue, self, groups, self.kai_default_queue)
-        if not queue:
-            raise SpawnRefused(
-                "You are in no team with a GPU queue"
-                + (f" (your groups: {', '.join(sorted(groups))})" if groups else " (you are in no group)")
-                + ", so your server cannot be scheduled. Ask your admin to add you to a team.",
-                reason="no-queue",
-            )
-        if not is_valid_label(queue):
-            raise SpawnRefused(
-                f"This hub's queue setting gives the queue name {queue[:80]!r}, which is not a valid "
-                "Kubernetes label value. Ask your admin to fix kai_queue.",
-                reason="invalid-queue",
-            )
-        return queue
-
-    async def _team_figures(self, request: C.GPURequest) -> tuple[Any, Any] | None:
-        from gpusessions.kube.watch import cluster_view
-
-        view = cluster_view()
-        if not await view.wait_ready(timeout=5) or view.errors:
-            return None
-        inv, _, _, classes = view.derived()
-        return view, Q.request_equivalent(request, inv, classes)
-
-    async def _check_quota(self, request: C.GPURequest | None) -> None:
-        """The team's GPU quota in GPU-equivalents, from the claims the hub sees (best effort:
-        two spawns in the same instant may both pass; KAI's own quota is the hard limit)."""
-        queue = self._kai_queue
-        if request is None or queue is None or queue not in self.kai_gpu_quota:
-            return
-        figures = await self._team_figures(request)
-        if figures is None:
-            self.log.warning(
-                "%s: no cluster view; the team quota of %s is not checked", self._log_name, queue
-            )
-            return
-        view, want = figures
-        inv = view.derived()[0]
-        n = self._names()
-        use = Q.team_use(view.claims.objects.values(), queue, inv, exclude=(n.namespace, n.claim))
-        message = Q.over_quota(use, float(self.kai_gpu_quota[queue]), want, request.describe())
-        if message:
-            raise Refused(message, reason="team-quota")
 
     def _emit(self, message: str) -> None:
         """A progress message for the spawn page (and the hub log)."""
@@ -632,12 +569,11 @@ class GPUSessionSpawner(KubeSpawner):
         # Every label KubeSpawner sets stays (Zero to JupyterHub and KubeSpawner's own Service
         # select on them); gpusessions marks its notebook pods with a label of its own.
         pod.metadata.labels = {**(pod.metadata.labels or {}), L.NOTEBOOK_COMPONENT: L.NOTEBOOK}
-        if self._kai_queue:
-            pod.metadata.labels[L.QUEUE_LABEL] = self._kai_queue
-            pod.spec.scheduler_name = self.kai_scheduler_name
-            pod.spec.priority_class_name = self.kai_priority_class or None
+        queued = self._queues().scheduling(self._kai_queue)
+        if queued is not None:
+            NP.schedule(pod, queued)
         if self._gpu_alloc is not None:
-            self._add_gpu_to_pod(pod, self._gpu_alloc)
+            NP.add_gpu(pod, self.session_info(self._gpu_alloc), self._gpu_alloc.gateway_url)
             pod.metadata.labels[L.CLAIM_LABEL] = L.label_value(self._names().claim)
         return pod
 
@@ -649,11 +585,7 @@ class GPUSessionSpawner(KubeSpawner):
                 await self._release_previous_gpu_for_cpu_profile()
                 return
             await self._refuse_if_size_missing(request)
-            equivalents = None
-            if self._kai_queue:
-                figures = await self._team_figures(request)
-                equivalents = str(figures[1]) if figures else None
-            session = self._session(request, equivalents)
+            session = self._session(request)
             try:
                 self._gpu_alloc = await session.ensure(self.gpu_allocation_timeout)
             except Refused as e:
@@ -683,7 +615,7 @@ class GPUSessionSpawner(KubeSpawner):
 
     async def _refuse_if_size_missing(self, request: C.GPURequest) -> None:
         """Refuse at once when no device of this size exists at all (not merely all in use)."""
-        from gpusessions.core.availability import profile_figures
+        from gpusessions.core.availability import size_figures
         from gpusessions.kube.watch import cluster_view
 
         try:
@@ -697,8 +629,8 @@ class GPUSessionSpawner(KubeSpawner):
         missing = [dc for dc in request.device_classes() if dc not in classes]
         if missing:
             return  # GPUSession explains a missing DeviceClass
-        f = profile_figures({"slug": "-"}, request, inv, allocated, classes, left, view.slice_memo)
-        if f["state"] == "not-offered":
+        f = size_figures(request, inv, allocated, classes, left, view.figures.by_shape)
+        if f.state == "not-offered":
             raise SpawnRefused(
                 f"No GPU of this size ({request.describe()}) exists on this cluster, so waiting "
                 "would not help. Pick another size or ask your admin.",
@@ -725,65 +657,15 @@ class GPUSessionSpawner(KubeSpawner):
 
     def session_info(self, alloc: Allocation) -> dict[str, Any]:
         n = self._names()
-        return {
-            "claim": n.claim,
-            "namespace": n.namespace,
-            "holder": n.holder,
-            "profile": n.profile,
-            "gpu": self._gpu_state.get("describe", ""),
-            "node": alloc.node,
-            "devices": [{"driver": d, "pool": p, "device": dev} for d, p, dev in alloc.devices],
-        }
-
-    def _add_gpu_to_pod(self, pod: Any, alloc: Allocation) -> None:
-        n = self._names()
-        info = self.session_info(alloc)
-        pod.spec.resource_claims = [
-            *(pod.spec.resource_claims or []),
-            V1PodResourceClaim(name=C.REQUEST_NAME, resource_claim_name=n.claim),
-        ]
-        pod.metadata.annotations = {**(pod.metadata.annotations or {}), SESSION_ANNOTATION: json.dumps(info)}
-        container = next((c for c in pod.spec.containers if c.name == "notebook"), pod.spec.containers[0])
-        if container.resources is None:
-            container.resources = V1ResourceRequirements()
-        container.resources.claims = [
-            *(container.resources.claims or []),
-            CoreV1ResourceClaim(name=C.REQUEST_NAME),
-        ]
-        env = {
-            "GPUSESSIONS_CLAIM": n.claim,
-            "GPUSESSIONS_PROFILE": n.profile,
-            "GPUSESSIONS_GPU": info["gpu"],
-            "GPUSESSIONS_NODE": alloc.node or "",
-            "GPUSESSIONS_DEVICES": ",".join(f"{p}/{d}" for _, p, d in alloc.devices),
-            "GPUSESSIONS_SESSION_FILE": SESSION_FILE,
-        }
-        container.env = [*(container.env or []), *(V1EnvVar(name=k, value=v) for k, v in env.items())]
-        if alloc.gateway_url:
-            # Kernels run in the holder's gateway: plain dicts serialize as they are.
-            container.env += K.notebook_env(alloc.gateway_url, K.secret_name(n.holder))
-        pod.spec.volumes = [
-            *(pod.spec.volumes or []),
-            V1Volume(
-                name="gpusessions",
-                downward_api=V1DownwardAPIVolumeSource(
-                    items=[
-                        V1DownwardAPIVolumeFile(
-                            path="session.json",
-                            field_ref=V1ObjectFieldSelector(
-                                field_path=f"metadata.annotations['{SESSION_ANNOTATION}']"
-                            ),
-                        )
-                    ]
-                ),
-            ),
-        ]
-        container.volume_mounts = [
-            *(container.volume_mounts or []),
-            V1VolumeMount(name="gpusessions", mount_path=SESSION_FILE_DIR, read_only=True),
-        ]
-        if alloc.node:
-            pin_to_node(pod, alloc.node)
+        return NP.session_info(
+            n.claim,
+            n.namespace,
+            n.holder,
+            n.profile,
+            self._gpu_state.get("describe", ""),
+            alloc.node,
+            alloc.devices,
+        )
 
     @validate("on_holder_loss")
     def _check_on_holder_loss(self, proposal: Any) -> str:
@@ -921,32 +803,3 @@ class GPUSessionSpawner(KubeSpawner):
         # The kept GPU outlives the stop: its names stay in the state.
         if not self._setting("keep_gpu_on_stop"):
             self._gpu_state = {}
-
-
-def pin_to_node(pod: Any, node: str) -> None:
-    """Require the claim's node in the pod's node affinity (added to every required term).
-
-    The pod can only run there anyway (the allocation's nodeSelector), but saying so lets the
-    scheduler's NodeAffinity PreFilter narrow the search to that node; otherwise its DRA
-    Filter runs on every node to find the one that fits: 1,000 evaluations per notebook pod on
-    a 1,000-node cluster, most of the scheduler's work in the scale benchmark."""
-    field = V1NodeSelectorRequirement(key="metadata.name", operator="In", values=[node])
-    spec = pod.spec
-    spec.affinity = spec.affinity or V1Affinity()
-    spec.affinity.node_affinity = spec.affinity.node_affinity or V1NodeAffinity()
-    na = spec.affinity.node_affinity
-    required = na.required_during_scheduling_ignored_during_execution
-    terms = required.node_selector_terms if required is not None else None
-    if not terms:
-        na.required_during_scheduling_ignored_during_execution = V1NodeSelector(
-            node_selector_terms=[V1NodeSelectorTerm(match_fields=[field])]
-        )
-        return
-    for term in terms:  # KubeSpawner passes configured terms through as dicts
-        if isinstance(term, dict):
-            term["matchFields"] = [
-                *(term.get("matchFields") or []),
-                {"key": "metadata.name", "operator": "In", "values": [node]},
-            ]
-        else:
-            term.match_fields = [*(term.match_fields or []), field]

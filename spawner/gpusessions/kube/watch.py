@@ -6,7 +6,7 @@ for the spawner's poll.
 Figures are recomputed when a watched object changed, at most once per
 `min_interval`, by a callback the change schedules on the event loop (not by
 the page view that comes next): the counts of the sizes views asked for lately
-(`recent`) are ready before the next view, which reads them. A view finds
+(`ClusterView.figures`, a `FiguresCache`) are ready before the next view, which reads them. A view finds
 them stale only for a size nobody asked for since the last change, or while a
 recount is not yet due (then it recounts itself, once per version).
 """
@@ -24,7 +24,8 @@ from typing import Any
 from kubernetes_asyncio import watch as k8s_watch
 from kubespawner.clients import load_config, shared_client
 
-from gpusessions.core.availability import Inventory, allocated_devices, remaining_counters
+from gpusessions.core import labels as L
+from gpusessions.core.availability import FiguresCache, Inventory, allocated_devices, remaining_counters
 
 Obj = dict[str, Any]
 log = logging.getLogger("gpusessions.kube.watch")
@@ -145,13 +146,10 @@ class ClusterView:
             else []
         )
         self._derived: tuple[Inventory, set[Any], dict[Any, Any], dict[str, Obj]] | None = None
-        self.memo: dict[Any, Obj] = {}  # figures per (data version, request): see picker
-        self.slice_memo: dict[Any, Any] = {}  # matching devices per size, per slices version
+        # The picker's figures of this data: kept per version, and the sizes views asked for
+        # lately, counted again after each change, so the next view reads figures already made.
+        self.figures = FiguresCache()
         self._shape_version: tuple[int, int] = (-1, -1)
-        # The requests views asked for lately, counted again after each change by `warm`
-        # (set by the picker: `picker.warm`), so the next view reads figures already made.
-        self.recent: dict[Any, Any] = {}
-        self.warm: Callable[[ClusterView], None] | None = None
         self._recount: asyncio.TimerHandle | None = None
         self.recounts = 0  # recounts made after a change (not inside a view)
         self.last_view = 0.0  # monotonic time of the last page view (`viewed`)
@@ -184,14 +182,12 @@ class ClusterView:
         if not all(c.ready.is_set() for c in (self.slices, self.claims, self.classes)):
             return  # still listing: the last list's change schedules the recount
         if time.monotonic() - self.last_view > VIEWS_RECENT:
-            self.recent.clear()  # nobody looked lately: the next view counts what it needs
+            self.figures.forget_recent()  # nobody looked lately: the next view counts what it needs
             return
         version = self.version
         started = time.monotonic()
         try:
-            self.derived()
-            if self.warm is not None:
-                self.warm(self)
+            self.figures.warm(self.derived(), self.computed_version)
             self.recounts += 1
         except Exception:  # the figures stay as they were; the next view recounts and says why
             log.exception("recounting the picker's figures failed")
@@ -231,7 +227,7 @@ class ClusterView:
             if self._derived is None or shape_version != self._shape_version:
                 inv = Inventory.from_slices(self.slices.objects.values())
                 classes = {o["metadata"]["name"]: o for o in self.classes.objects.values()}
-                self.slice_memo = {}
+                self.figures.new_shape()
                 self._shape_version = shape_version
             else:
                 inv, _, _, classes = self._derived
@@ -263,7 +259,6 @@ def cluster_view() -> ClusterView:
 
 
 _holder_watches: dict[tuple[int, str], tuple[Cache, asyncio.Future[None]]] = {}
-HOLDERS = "app.kubernetes.io/managed-by=gpusessions,app.kubernetes.io/component=holder"
 
 
 def holder_watch(namespace: str) -> Cache:
@@ -274,7 +269,7 @@ def holder_watch(namespace: str) -> Cache:
     if key not in _holder_watches:
         load_config()
         core = shared_client("CoreV1Api")
-        lister = partial(core.list_namespaced_pod, namespace, label_selector=HOLDERS)
+        lister = partial(core.list_namespaced_pod, namespace, label_selector=L.HOLDERS)
         cache = Cache("pods", lister, lambda: None)
         _holder_watches[key] = (cache, asyncio.ensure_future(cache.run()))
     return _holder_watches[key][0]
