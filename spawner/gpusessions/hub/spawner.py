@@ -411,7 +411,10 @@ class GPUSessionSpawner(KubeSpawner):
 
     async def _resolve_queue(self) -> str | None:
         """The user's queue, or None when queues are not used; refuses a user without one."""
-        groups = [g.name for g in getattr(self.user, "groups", []) or []]
+        try:
+            groups = [g.name for g in getattr(self.user, "groups", []) or []]
+        except TypeError:  # a user without a list of groups (KubeSpawner's tests' MockUser)
+            groups = []
         try:
             return await self._queues().queue_of(self, groups)
         except Refused as e:
