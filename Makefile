@@ -48,8 +48,12 @@ browser-deps:
 	@bash devcluster/scripts/ensure-debian-deps.sh browser
 
 # --- the local cluster ---------------------------------------------------------
+# Kubernetes (devcluster/scripts/build.sh), then KAI Scheduler from its source (devcluster/kai/build.sh:
+# ../shared/kai-scheduler, or KAI_SRC=<path>, or a clone of the pinned commit).
+KAI_SRC ?=
 devcluster-build:
 	@bash devcluster/scripts/build.sh
+	@KAI_SRC="$(KAI_SRC)" bash devcluster/kai/build.sh
 
 cluster: venv devcluster-build
 	@$(BIN)/python -m localcluster up --shape $(SHAPE)

@@ -15,6 +15,12 @@ c.JupyterHub.spawner_class = "gpusessions"
 c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = os.environ["GPUSESSIONS_DEMO_PASSWORD"]
 c.Authenticator.allowed_users = {"alice", "bob", "carol", "dave"}
+# Two teams, each a KAI queue (made by `make demo`, localcluster/demo.py): the hub group
+# picks the queue of a user's sessions.
+c.JupyterHub.load_groups = {
+    "team-a": {"users": ["alice", "bob"]},
+    "team-b": {"users": ["carol", "dave"]},
+}
 c.Authenticator.admin_users = {"admin"}
 c.JupyterHub.allow_named_servers = True
 c.JupyterHub.template_vars = {
@@ -54,7 +60,25 @@ SETTINGS = {
             "description": "A whole H100 or A100 80GB.",
             "deviceClass": "gpu.nvidia.com",
         },
+        {
+            "name": "gpu-spare",
+            "displayName": "Whole GPU, borrowed",
+            "description": "A whole GPU beyond your team's share: another team may take it back.",
+            "deviceClass": "gpu.nvidia.com",
+            "priorityClass": "build-preemptible",
+        },
     ],
+    # Notebooks are scheduled by KAI Scheduler in their team's queue; non-preemptible
+    # (`build`) except the borrowed size. gpuEquivalents: the team's MIG-aware share (1g.10gb
+    # counts 1/7), which KAI's own GPU quota cannot express (docs/queues.md).
+    "kai": {
+        "enabled": True,
+        "priorityClass": "build",
+        "queues": {
+            "team-a": {"groups": ["team-a"], "gpuEquivalents": 3},
+            "team-b": {"groups": ["team-b"], "gpuEquivalents": 3},
+        },
+    },
     "cpuProfile": {"enabled": True, "displayName": "CPU only", "description": "A notebook without a GPU."},
     # The idle-GPU culler and its admin page at /services/gpusessions/ (admins only).
     "culler": {

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="start the cluster (or reuse a running one)")
     p_up.add_argument("--shape", default="demo", help="cluster shape name (devcluster/shapes/<name>.yaml)")
-    p_up.add_argument("--port-base", type=int, default=None, help="first of five ports (default 16443)")
+    p_up.add_argument("--port-base", type=int, default=None, help="first of 14 ports (default 16443)")
     sub.add_parser("down", help="stop the cluster and every process it started")
     sub.add_parser("status", help="print the cluster's state as JSON")
     args = ap.parse_args(argv)

@@ -1,7 +1,8 @@
 """Start, reuse, inspect and stop the local cluster.
 
-`up` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
-the process runtime (which registers the simulated nodes and publishes their
+`up` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KAI
+Scheduler's five components (with its CRDs and priority classes) and the
+process runtime (which registers the simulated nodes and publishes their
 ResourceSlices), waits until each is healthy and writes the kubeconfig. A
 second `up` reuses a healthy running cluster. `down` stops everything the
 cluster started, pod processes included, and frees the ports.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import components, procs
+from . import components, kai, procs
 from .certs import PKI, ensure_pki
 from .components import Ports
 from .kubeapi import KubeAPI
@@ -31,7 +32,7 @@ from .paths import SHAPES_DIR, ClusterPaths
 from .shapes import Shape, build_slices, load_shape
 
 DEFAULT_PORT_BASE = 16443
-ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "runtime")
+ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", *kai.COMPONENTS, "runtime")
 # Run under localcluster.supervise (their pids in state.json are the supervisors'); the
 # runtime is not: its crash is a bug of ours that tests must see.
 SUPERVISED = ORDER[:-1]
@@ -132,6 +133,8 @@ def _python_env(paths: ClusterPaths) -> dict[str, str]:
     extra = [str(Path(__file__).resolve().parents[1])]
     env["PYTHONPATH"] = os.pathsep.join([*extra, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["DEVCLUSTER_DIR"] = str(root)
+    # KAI's components read the cluster's address and credentials from KUBECONFIG.
+    env["KUBECONFIG"] = str(paths.kubeconfig)
     return env
 
 
@@ -169,7 +172,7 @@ def _check_binaries(paths: ClusterPaths) -> None:
         b
         for b in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
         if not (paths.bin / b).exists()
-    ]
+    ] + kai.binaries_missing(paths)
     if missing:
         raise ClusterError(
             f"missing binaries {', '.join(missing)} in {paths.bin}; build them with 'make devcluster-build'"
@@ -179,11 +182,12 @@ def _check_binaries(paths: ClusterPaths) -> None:
 def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) -> State:
     _check_binaries(paths)
     ports = Ports.from_base(port_base)
-    for name, port in ports.named().items():
+    kai_ports = kai.KaiPorts.from_base(port_base)
+    for name, port in {**ports.named(), **kai_ports.named()}.items():
         if not procs.port_free(port):
             raise ClusterError(
                 f"port {port} (for {name}) on 127.0.0.1 is in use by another program; "
-                f"stop it or choose other ports with DEVCLUSTER_PORT_BASE=<n> (uses n..n+4)"
+                f"stop it or choose other ports with DEVCLUSTER_PORT_BASE=<n> (uses n..n+13)"
             )
     paths.logs.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(paths.etcd_data, ignore_errors=True)
@@ -219,9 +223,12 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
             "kube-apiserver", pids["kube-apiserver"], lambda: _http_ok(server + "/readyz", ctx), log, timeout
         )
         say(f"kube-apiserver ready at {server} ({time.monotonic() - t0:.1f}s)")
+        api = KubeAPI.from_kubeconfig(paths.kubeconfig)
+        install_kai_objects(api, paths, timeout)
         for name, cmd in (
             ("kube-controller-manager", components.controller_manager_cmd(paths, pki, ports)),
             ("kube-scheduler", components.scheduler_cmd(paths, ports)),
+            *kai.commands(paths, kai_ports).items(),
         ):
             pids[name] = spawn_component(name, cmd, paths)
         for name, port in (
@@ -229,10 +236,12 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
             ("kube-scheduler", ports.scheduler),
         ):
             _wait(name, pids[name], _healthz(port), paths.log(name), timeout)
+        for name in kai.COMPONENTS:
+            _wait(name, pids[name], kai_ready(kai_ports, name), paths.log(name), timeout)
+        say(f"KAI Scheduler ready ({time.monotonic() - t0:.1f}s)")
         log = paths.log("runtime")
         cmd = components.runtime_cmd(shape.name, paths)
         pids["runtime"] = procs.spawn(cmd, log, paths.root, env=_python_env(paths))
-        api = KubeAPI.from_kubeconfig(paths.kubeconfig)
         _wait(
             "runtime (simulated nodes)", pids["runtime"], lambda: _nodes_published(api, shape), log, timeout
         )
@@ -242,6 +251,37 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
     except BaseException:
         procs.terminate([pids[n] for n in reversed(ORDER) if n in pids])
         raise
+
+
+def kai_ready(ports: kai.KaiPorts, name: str) -> Callable[[], bool]:
+    url = ports.ready_url(name)
+    return lambda: _http_ok(url)
+
+
+def install_kai_objects(api: KubeAPI, paths: ClusterPaths, timeout: float) -> None:
+    """KAI's CRDs (established before its components start) and its priority classes."""
+    try:
+        crds = kai.crds(kai.crd_dir(paths))
+    except FileNotFoundError as e:
+        raise ClusterError(str(e)) from None
+    for crd in crds:
+        api.apply(crd)
+    for pc in kai.priority_classes():
+        api.apply(pc)
+    names = [c["metadata"]["name"] for c in crds]
+
+    def established() -> bool:
+        for n in names:
+            conds = (api.get("CustomResourceDefinition", n).get("status") or {}).get("conditions") or []
+            if not any(c["type"] == "Established" and c["status"] == "True" for c in conds):
+                return False
+        return True
+
+    deadline = time.monotonic() + timeout
+    while not established():
+        if time.monotonic() > deadline:
+            raise ClusterError(f"KAI's CRDs were not established within {timeout:.0f}s")
+        time.sleep(0.2)
 
 
 def _nodes_published(api: KubeAPI, shape: Shape) -> bool:

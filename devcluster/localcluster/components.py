@@ -17,6 +17,9 @@ CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
     "serviceaccount-controller",
+    # Publishes kube-root-ca.crt in every namespace: pods' service-account volumes project it,
+    # and KAI's scheduler keeps a pod pending while a ConfigMap it mounts is missing.
+    "root-ca-cert-publisher",
 )
 
 

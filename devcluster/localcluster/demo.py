@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import cluster
+from . import cluster, kai
 from .hubproc import HubError, start_hub
 from .kubeapi import ApiError, KubeAPI
 from .paths import REPO_ROOT, ClusterPaths
@@ -60,6 +60,8 @@ def up(foreground: bool = True) -> int:
     api = KubeAPI.from_kubeconfig(paths.kubeconfig)
     with contextlib.suppress(ApiError):
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    for q in kai.demo_queues():
+        api.apply(q)
     password = secrets.token_urlsafe(9)
     # Run in this config's namespace, as z2jh runs hub.extraConfig: a load_subconfig()ed file
     # starts from an empty config whose lists replace ours (the admin service and its role).

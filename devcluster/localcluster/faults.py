@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Iterator
 
 from . import cluster as lc
-from . import components, procs
+from . import components, kai, procs
 from .certs import PKI
 from .components import Ports
 from .kubeapi import KubeAPI
@@ -43,6 +43,8 @@ def _command(name: str, paths: ClusterPaths, state: lc.State) -> list[str]:
         return components.scheduler_cmd(paths, ports)
     if name == "runtime":
         return components.runtime_cmd(state.shape, paths)
+    if name in kai.COMPONENTS:
+        return kai.commands(paths, kai.KaiPorts.from_base(ports.apiserver))[name]
     raise ValueError(f"unknown component {name!r}; one of {', '.join(COMPONENTS)}")
 
 
@@ -69,6 +71,7 @@ def start(name: str, paths: ClusterPaths | None = None, timeout: float = 60) -> 
         "kube-apiserver": lambda: lc._http_ok(state.server + "/readyz", lc._admin_ctx(PKI(paths.pki))),
         "kube-controller-manager": lc._healthz(ports.controller_manager),
         "kube-scheduler": lc._healthz(ports.scheduler),
+        **{k: lc.kai_ready(kai.KaiPorts.from_base(ports.apiserver), k) for k in kai.COMPONENTS},
     }
     if name == "runtime":
         api = KubeAPI.from_kubeconfig(paths.kubeconfig)

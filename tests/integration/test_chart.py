@@ -23,17 +23,17 @@ import yaml
 from gpusessions.core.sizes import DeviceMatch
 from gpusessions.culler.model import WARNED_AT
 from helmtools import CHART, helm, values_file
-from localcluster import components, waits
+from localcluster import components, kai, waits
 from localcluster.certs import PKI
 from localcluster.hubproc import Hub, free_port, start_hub
 from localcluster.kubeapi import KubeAPI
 from localcluster.paths import ClusterPaths
 
 from .hubtools import spawn, stop
+from .kaitools import kai_pod, podgroup_of
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
-QUEUE_CRD = Path(__file__).parent / "fixtures" / "kai-queue-crd.yaml"
 RES = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
 
 # The Role z2jh 4.x gives its hub (jupyterhub/templates/hub/rbac.yaml): the hub runs with it
@@ -72,16 +72,16 @@ def _helm_release(
     return helm(verb, release, str(CHART), "-n", namespace, "-f", str(f), kubeconfig=_admin_kubeconfig())
 
 
-def _install_queue_crd(api: KubeAPI) -> None:
-    api.apply(yaml.safe_load(QUEUE_CRD.read_text()))
-
-    def established() -> bool:
-        crd = api.get("CustomResourceDefinition", "queues.scheduling.run.ai")
-        conds = (crd.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
-
-    waits.wait_for(established, 30, "the Queue CRD to be established")
-    # Discovery of the new group takes a moment after Established.
+def _kai_queue_crd(api: KubeAPI) -> None:
+    """The cluster serves KAI's own Queue CRD (applied by the local cluster from KAI's source),
+    not a stand-in: its schema is the one in deployments/kai-scheduler/crds/."""
+    [real] = [
+        c for c in kai.crds(kai.crd_dir(ClusterPaths.default())) if c["spec"]["names"]["kind"] == "Queue"
+    ]
+    served = api.get("CustomResourceDefinition", "queues.scheduling.run.ai")
+    assert [v["name"] for v in served["spec"]["versions"]] == [v["name"] for v in real["spec"]["versions"]]
+    v2 = next(v for v in served["spec"]["versions"] if v["name"] == "v2")
+    assert v2["schema"] == next(v for v in real["spec"]["versions"] if v["name"] == "v2")["schema"]
     waits.wait_for(lambda: _queues_served(api), 30, "scheduling.run.ai/v2 to be served")
 
 
@@ -141,7 +141,7 @@ def release(namespace: str) -> Iterator[str]:
 def test_chart_installs_device_classes_and_queues_upgrades_and_uninstalls_cleanly(
     api: KubeAPI, namespace: str, release: str, tmp_path: Path
 ) -> None:
-    _install_queue_crd(api)
+    _kai_queue_crd(api)
     prefix = _prefix(namespace)
     parent, team = f"{prefix}parent", f"{prefix}team-a"
     values: dict[str, Any] = {
@@ -180,7 +180,20 @@ def test_chart_installs_device_classes_and_queues_upgrades_and_uninstalls_cleanl
     q = api.get("Queue", team)
     assert q["spec"]["parentQueue"] == parent
     assert q["spec"]["resources"]["gpu"] == {"quota": 2, "limit": 4, "overQuotaWeight": 1}
+    assert q["spec"]["priority"] == 100
     assert api.get("Queue", parent)["spec"]["resources"]["memory"]["limit"] == -1
+    # KAI's schema kept every field the chart rendered (a structural schema drops unknown ones).
+    rendered = yaml.safe_load_all(
+        helm("get", "manifest", release, "-n", namespace, kubeconfig=_admin_kubeconfig()).stdout
+    )
+    for doc in (d for d in rendered if d and d["kind"] == "Queue"):
+        assert api.get("Queue", doc["metadata"]["name"])["spec"] == doc["spec"], doc["metadata"]["name"]
+    # KAI's scheduler takes work in the rendered leaf queue: a pod of that queue is scheduled.
+    api.create(kai_pod("in-queue", team), namespace)
+    waits.pod_ready(api, namespace, "in-queue", timeout=60)
+    pg = podgroup_of(api, namespace, "in-queue")
+    assert pg["spec"]["queue"] == team
+    api.delete("Pod", "in-queue", namespace, grace_period=0)
     token = api.get("Secret", "gpusessions-agent-token", namespace)["data"]["token"]
 
     # Upgrade: a size goes, one comes; the agent token is kept (holders already use it).

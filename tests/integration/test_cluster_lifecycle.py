@@ -211,6 +211,11 @@ def test_status_reports_components(cluster: object) -> None:
         "kube-apiserver",
         "kube-controller-manager",
         "kube-scheduler",
+        "kai-podgrouper",
+        "kai-scheduler",
+        "kai-binder",
+        "kai-podgroupcontroller",
+        "kai-queuecontroller",
         "runtime",
     }
     assert all(st["components"].values())

@@ -120,7 +120,8 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
 
 
 def test_the_demo_config_offers_the_default_profiles() -> None:
-    """The demo goes through hubsetup and ends with the same profiles as before."""
+    """The demo goes through hubsetup and ends with the default profiles, plus one borrowed
+    (preemptible) whole GPU, its sessions in KAI queues per hub group."""
     c = Config()
     env = {"GPUSESSIONS_DEMO_PASSWORD": "x"}
     old = dict(os.environ)
@@ -132,6 +133,11 @@ def test_the_demo_config_offers_the_default_profiles() -> None:
         os.environ.update(old)
     got = c.KubeSpawner.profile_list
     want = default_profiles()
+    *got, spare = got
+    assert spare["slug"] == "gpu-spare"
+    assert spare["kubespawner_override"]["kai_priority_class"] == "build-preemptible"
+    assert c.GPUSessionSpawner.kai_queue == {"team-a": "team-a", "team-b": "team-b"}
+    assert c.GPUSessionSpawner.kai_priority_class == "build"
     assert [p["slug"] for p in got] == [p["slug"] for p in want]
     for g, w in zip(got, want, strict=True):
         wo = w.get("kubespawner_override", {})

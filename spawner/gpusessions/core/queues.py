@@ -37,6 +37,7 @@ from typing import Any
 from kubespawner.slugs import is_valid_label
 
 from gpusessions.core import labels as L
+from gpusessions.core import reclaim
 from gpusessions.core.availability import Inventory, size_match
 from gpusessions.core.claims import Alternative, GPURequest
 from gpusessions.core.progress import Refused
@@ -254,6 +255,19 @@ class QueuePolicy:
     @property
     def enabled(self) -> bool:
         return bool(self.queues)
+
+    # -- the scheduler taking a session's GPU back (core/reclaim.py: KAI's Evict events) ----
+    evict_events_selector = reclaim.EVICT_SELECTOR
+
+    def evicted_by(
+        self, events: Iterable[Obj], namespace: str, pods: Iterable[str], since: float
+    ) -> str | None:
+        """The workload the scheduler evicted one of `pods` for (after `since`), or None."""
+        return reclaim.evicted_by(events, namespace, pods, since)
+
+    def reclaim_notice(self, queue: str, by: str) -> str:
+        """What the user is told when the scheduler took their session's GPU back."""
+        return reclaim.notice(queue, by)
 
     async def queue_of(self, spawner: Any, groups: Iterable[str]) -> str | None:
         """The queue of this user's sessions, None when queues are not used; `Refused` for a

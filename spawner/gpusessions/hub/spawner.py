@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -227,6 +228,13 @@ class GPUSessionSpawner(KubeSpawner):
         `build-preemptible` (75) or `train` (50) in a profile that may go over quota and be
         reclaimed.""",
     )
+    kai_evict_event_wait = Float(
+        5.0,
+        help="""Seconds to wait, when a session's holder pod is gone, for KAI's `Evict` event that
+        tells a reclaim (or preemption) from another loss. A reclaimed session is told so and
+        released instead of having its holder recreated.""",
+    ).tag(config=True)
+
     kai_scheduler_name = Unicode(
         Q.SCHEDULER_NAME,
         config=True,
@@ -607,6 +615,8 @@ class GPUSessionSpawner(KubeSpawner):
                 "describe": request.describe(),
                 "kernels": "1" if session.kernels is not None else "",
                 "queue": self._kai_queue or "",
+                # When this start began: older Evict events of KAI are not about this session.
+                "since": f"{time.time():.0f}",
                 # default=str: a toleration given as a V1Toleration rather than a dict is kept
                 # as text (and ignored after a restart) instead of failing the start.
                 "settings": json.dumps(
@@ -677,14 +687,49 @@ class GPUSessionSpawner(KubeSpawner):
         return str(proposal["value"])
 
     async def poll(self) -> int | None:
-        """KubeSpawner's poll, and a check that a running server's GPU holder is still there."""
+        """KubeSpawner's poll, and a check that a running server's GPU holder is still there;
+        a server found stopped because KAI took its GPU back is told so and released."""
         status = await super().poll()
         if status is None and self._gpu_state.get("claim"):
             try:
                 return await self._check_holder()
             except KubeError as e:
                 self.log.warning("%s: could not check the GPU holder: %s", self._log_name, e.message)
+        elif status is not None and self._gpu_state.get("queue") and self._gpu_state.get("claim"):
+            try:
+                await self._check_reclaimed()
+            except KubeError as e:
+                self.log.warning("%s: could not check for a reclaim: %s", self._log_name, e.message)
         return status
+
+    async def _check_reclaimed(self) -> bool:
+        """KAI deleted this session's pods to give the GPU to another team (an Evict event on
+        their PodGroups): tell the user and release the GPU (its allocation is gone anyway).
+        True if so."""
+        from gpusessions.hub import notices
+
+        policy = self._queues()
+        n = self._names()
+        api = SessionAPI(timeout=self.k8s_api_request_timeout)
+        if not C.holder_lost(await api.get_pod(n.namespace, n.holder)):
+            return False  # the holder runs: whatever stopped the notebook, it was not a reclaim
+        since = float(self._gpu_state.get("since") or 0)
+        # KAI writes the event while (or just after) it deletes the pods: give it a moment.
+        deadline = time.monotonic() + self.kai_evict_event_wait
+        while True:
+            events = await api.events(n.namespace, policy.evict_events_selector)
+            by = policy.evicted_by(events, n.namespace, (n.holder, self.pod_name), since)
+            if by is not None:
+                break
+            if time.monotonic() >= deadline:
+                self.log.info("%s: holder gone, no Evict event of KAI for it", self._log_name)
+                return False
+            await asyncio.sleep(0.5)
+        queue = self._gpu_state.get("queue", "")
+        self.log.warning("%s: KAI took the GPU back for %s; releasing it", self._log_name, by)
+        notices.post(self.user.name, self.name or "", policy.reclaim_notice(queue, by))
+        await self.release_gpu()
+        return True
 
     async def _check_holder(self) -> int | None:
         from gpusessions.hub import notices
@@ -700,6 +745,9 @@ class GPUSessionSpawner(KubeSpawner):
         api = SessionAPI(timeout=self.k8s_api_request_timeout)
         if not C.holder_lost(await api.get_pod(n.namespace, n.holder)):
             return None
+        # Evicted by KAI (reclaim, preemption): not recreated, the GPU is another team's now.
+        if self._gpu_state.get("queue") and await self._check_reclaimed():
+            return 1
         kernels = self._gpu_state.get("kernels") == "1"
         session = GPUSession(
             api,

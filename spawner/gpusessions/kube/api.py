@@ -177,6 +177,10 @@ class SessionAPI:
         r = await self._call(self.networking.delete_namespaced_network_policy, name, namespace)
         return r is not None
 
+    async def events(self, namespace: str, field_selector: str) -> list[Obj]:
+        r = await self._call(self.core.list_namespaced_event, namespace, field_selector=field_selector)
+        return [self._dict(i) for i in (r.items if r is not None else [])]
+
     async def pod_events(self, namespace: str, name: str) -> list[Obj]:
         sel = f"involvedObject.kind=Pod,involvedObject.name={name}"
         r = await self._call(self.core.list_namespaced_event, namespace, field_selector=sel)

@@ -1,0 +1,126 @@
+"""Helpers for tests that run pods through the real KAI Scheduler of the local cluster."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from localcluster import waits
+from localcluster.kai import QUEUE_LABEL, SCHEDULER_NAME
+from localcluster.kubeapi import ApiError, KubeAPI, Obj
+from localcluster.testing import claim, exec_pod
+
+UNLIMITED = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+
+
+def queue(
+    name: str,
+    gpu_quota: float = -1,
+    gpu_limit: float = -1,
+    parent: str | None = None,
+    over_quota_weight: float = 1,
+) -> Obj:
+    """A KAI Queue (scheduling.run.ai/v2) with explicit limits: CPU and memory unlimited."""
+    spec: dict[str, Any] = {
+        "resources": {
+            "gpu": {"quota": gpu_quota, "limit": gpu_limit, "overQuotaWeight": over_quota_weight},
+            "cpu": dict(UNLIMITED),
+            "memory": dict(UNLIMITED),
+        }
+    }
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def queue_names(namespace: str) -> tuple[str, str]:
+    """A parent and a leaf queue name unique to a test (queues are cluster-scoped)."""
+    suffix = namespace.rsplit("-", 1)[-1]
+    return f"dept-{suffix}", f"team-{suffix}"
+
+
+def make_queues(api: KubeAPI, queues: list[Obj]) -> Iterator[None]:
+    """Create the queues (parents first); delete them afterwards (leaves first)."""
+    for q in queues:
+        api.create(q)
+    try:
+        yield
+    finally:
+        for q in reversed(queues):
+            api.delete("Queue", q["metadata"]["name"])
+
+
+def kai_pod(
+    name: str,
+    queue_name: str,
+    claim_name: str | None = None,
+    priority_class: str = "build",
+    command: list[str] | None = None,
+) -> Obj:
+    pod = exec_pod(name, claim_name=claim_name, command=command, labels={QUEUE_LABEL: queue_name})
+    pod["spec"]["schedulerName"] = SCHEDULER_NAME
+    pod["spec"]["priorityClassName"] = priority_class
+    return pod
+
+
+def kai_claim(
+    name: str, queue_name: str | None, device_class: str, selectors: list[str] | None = None
+) -> Obj:
+    return claim(name, device_class, selectors, labels={QUEUE_LABEL: queue_name} if queue_name else None)
+
+
+def first_available(name: str, queue_name: str | None, alternatives: list[tuple[str, str, list[str]]]) -> Obj:
+    """A claim with one `firstAvailable` request: (subrequest name, device class, selectors)."""
+    subs = [
+        {
+            "name": sub,
+            "deviceClassName": cls,
+            "count": 1,
+            "selectors": [{"cel": {"expression": s}} for s in sel],
+        }
+        for sub, cls, sel in alternatives
+    ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue_name} if queue_name else {}},
+        "spec": {"devices": {"requests": [{"name": "gpu", "firstAvailable": subs}]}},
+    }
+
+
+def pending_message(api: KubeAPI, namespace: str, pod: str, timeout: float = 30) -> str:
+    """KAI's reason why a pod waits: the PodScheduled=False message it writes on the pod."""
+    return waits.pod_unschedulable(api, namespace, pod, timeout)
+
+
+def podgroup_of(api: KubeAPI, namespace: str, pod: str, timeout: float = 30) -> Obj:
+    """The PodGroup KAI's podgrouper made for a bare pod (named in the pod's annotation)."""
+
+    def find() -> Obj | None:
+        p = api.get("Pod", pod, namespace)
+        name = (p["metadata"].get("annotations") or {}).get("pod-group-name")
+        if not name:
+            return None
+        try:
+            return api.request(
+                "GET", f"/apis/scheduling.run.ai/v2alpha2/namespaces/{namespace}/podgroups/{name}"
+            )
+        except ApiError:
+            return None
+
+    return waits.wait_for(find, timeout, f"the PodGroup of pod {namespace}/{pod}")
+
+
+def queue_status(api: KubeAPI, name: str) -> Obj:
+    return api.get("Queue", name).get("status") or {}
+
+
+def stays_pending(api: KubeAPI, namespace: str, pod: str, seconds: float) -> bool:
+    """True if the pod is still unbound after `seconds` (KAI runs a cycle every second)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if api.get("Pod", pod, namespace)["spec"].get("nodeName"):
+            return False
+        time.sleep(0.5)
+    return True

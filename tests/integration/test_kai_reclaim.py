@@ -1,0 +1,79 @@
+"""Reclaim through a real JupyterHub on the real KAI Scheduler: a preemptible session of a team
+without quota borrows the only whole GPU of the `small` shape; the team that owns the quota
+asks for it; what the borrower's hub, user and objects see."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localcluster import waits
+from localcluster.hubproc import Hub, start_hub
+from localcluster.kubeapi import KubeAPI
+
+from .hubtools import GPU_HUB_CONFIG, gpu_objects, server_model, spawn
+from .kaitools import make_queues, queue
+
+pytestmark = pytest.mark.cluster
+
+
+def teams(namespace: str) -> tuple[str, str, str]:
+    s = namespace.rsplit("-", 1)[-1]
+    return f"dept-{s}", f"owner-{s}", f"borrower-{s}"
+
+
+@pytest.fixture
+def hub(api: KubeAPI, namespace: str, tmp_path: Path) -> Iterator[Hub]:
+    dept, owner, borrower = teams(namespace)
+    extra = f"""
+c.GPUSessionSpawner.kai_queue = {{"physics": {owner!r}, "biology": {borrower!r}}}
+c.JupyterHub.load_groups = {{"physics": {{"users": ["ann"]}}, "biology": {{"users": ["cy"]}}}}
+c.KubeSpawner.poll_interval = 2
+EXTRA.append({{
+    "display_name": "Whole GPU, may be reclaimed", "slug": "gpu-pre",
+    "kubespawner_override": {{
+        "gpu_device_class": "gpu.nvidia.com", "kai_priority_class": "build-preemptible",
+    }},
+}})
+"""
+    # One whole-GPU session needs a quota of 2 in KAI's eyes (docs/queues.md).
+    qs = [queue(dept, 2, -1), queue(owner, 2, 2, parent=dept), queue(borrower, 0, 2, parent=dept)]
+    for _ in make_queues(api, qs):
+        h = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, tmp_path / "hub")
+        yield h
+        h.stop()
+
+
+def notices(hub: Hub, user: str) -> list[str]:
+    code, body = hub.api("GET", f"/gpusessions/users/{user}/warnings")
+    assert code == 200, body
+    return [n["text"] for n in body["notices"]]
+
+
+def test_a_borrowed_gpu_is_reclaimed_when_its_owner_asks(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    spawn(hub, "cy", {"profile": "gpu-pre"})
+    holder = api.get("Pod", "gpu-holder-cy", namespace)
+    assert holder["spec"]["priorityClassName"] == "build-preemptible"
+    spawn(hub, "ann", {"profile": "gpu"})
+    assert api.get("Pod", "jupyter-ann", namespace)["spec"]["schedulerName"] == "kai-scheduler"
+    # KAI evicted the borrower's pods: the hub sees cy's server stopped ...
+    waits.wait_for(lambda: not (server_model(hub, "cy") or {}).get("ready"), 60, "cy's server to stop")
+    for pod in ("jupyter-cy", "gpu-holder-cy"):
+        waits.gone(api, "Pod", pod, namespace, timeout=60)
+    # ... tells cy why (the hub home page and JupyterLab read these notices) ...
+    said = waits.wait_for(lambda: notices(hub, "cy"), 30, "a notice to cy")
+    assert len(said) == 1, said
+    assert said[0].startswith(
+        f"Your GPU session was taken back by the scheduler: your team's queue {teams(namespace)[2]} "
+        "was using GPUs beyond its share"
+    ), said
+    # ... and releases its GPU: nothing of cy's session is left.
+    waits.gone(api, "ResourceClaim", "gpu-cy", namespace, timeout=30)
+    assert not [
+        o for objs in gpu_objects(api, namespace).values() for o in objs if "cy" in o["metadata"]["name"]
+    ]
+    # ann's session, non-preemptible, runs on.
+    assert (server_model(hub, "ann") or {}).get("ready")
+    assert notices(hub, "ann") == []
