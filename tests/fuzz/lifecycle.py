@@ -232,7 +232,9 @@ class Fuzz:
         ]
         pods = [p for p in self.api.list("Pod", ns)["items"] if not p["metadata"].get("deletionTimestamp")]
         holders = [p for p in pods if _labels(p).get("app.kubernetes.io/component") == "holder"]
-        notebooks = {p["metadata"]["name"]: p for p in pods if p["metadata"]["name"].startswith("jupyter-")}
+        notebooks = {
+            p["metadata"]["name"]: p for p in pods if _labels(p).get("gpusessions.io/component") == "notebook"
+        }
         hub = self.servers()
         by_owner = {_owner(c): c for c in claims}
         out: list[str] = []

@@ -232,9 +232,8 @@ def gpu_objects(api: KubeAPI, namespace: str) -> dict[str, list[dict[str, Any]]]
         "holders": api.list("Pod", namespace, label_selector=sel + ",app.kubernetes.io/component=holder")[
             "items"
         ],
-        "notebooks": api.list("Pod", namespace, label_selector=sel + ",app.kubernetes.io/component=notebook")[
-            "items"
-        ],
+        # Notebook pods keep KubeSpawner's labels; gpusessions marks them with its own.
+        "notebooks": api.list("Pod", namespace, label_selector="gpusessions.io/component=notebook")["items"],
     }
 
 

@@ -108,8 +108,11 @@ def test_network_policy_admits_only_the_sessions_notebook_to_the_gateway() -> No
     }
     assert spec["policyTypes"] == ["Ingress"]
     gateway, agent = spec["ingress"]
-    assert gateway["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "notebook"
-    assert gateway["from"][0]["podSelector"]["matchLabels"]["gpusessions.io/claim"] == "gpu-ann"
+    # The notebook pod keeps KubeSpawner's app.kubernetes.io/* labels: ours is gpusessions.io/component.
+    assert gateway["from"][0]["podSelector"]["matchLabels"] == {
+        "gpusessions.io/claim": "gpu-ann",
+        "gpusessions.io/component": "notebook",
+    }
     assert agent == {"ports": [{"port": 9400, "protocol": "TCP"}]}
     assert np["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     pod = build_holder_pod("gpu-holder-ann", "ns", "gpu-ann", HolderSettings("holder:1", {}), "ann", "")

@@ -164,7 +164,9 @@ def build_network_policy(
     """Only this session's notebook pod may reach its kernel gateway.
 
     Selects the session's holder pod (by the claim label); admits the gateway port from the
-    notebook pod with the same claim label, and the agent port as before (the culler, metrics).
+    notebook pod with the same claim label (marked `gpusessions.io/component: notebook`: the
+    notebook pod keeps KubeSpawner's own `app.kubernetes.io/*` labels), and the agent port as
+    before (the culler, metrics).
     Owned by the claim, like the token Secret."""
     session = {
         L.MANAGED_BY: L.MANAGER,
@@ -180,7 +182,16 @@ def build_network_policy(
             "ingress": [
                 {
                     "ports": [{"port": port, "protocol": "TCP"}],
-                    "from": [{"podSelector": {"matchLabels": {**session, L.COMPONENT: "notebook"}}}],
+                    "from": [
+                        {
+                            "podSelector": {
+                                "matchLabels": {
+                                    L.CLAIM_LABEL: session[L.CLAIM_LABEL],
+                                    L.NOTEBOOK_COMPONENT: L.NOTEBOOK,
+                                }
+                            }
+                        }
+                    ],
                 },
                 {"ports": [{"port": agent_port, "protocol": "TCP"}]},
             ],

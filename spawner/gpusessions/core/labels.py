@@ -23,6 +23,12 @@ CLAIM_ANNOTATION = "gpusessions.io/claim"
 # kernel gateway's NetworkPolicy selects on.
 CLAIM_LABEL = "gpusessions.io/claim"
 MANAGER = "gpusessions"
+# The notebook pod is KubeSpawner's and keeps every label KubeSpawner sets (its
+# `app.kubernetes.io/component` and `managed-by`, and the legacy `component`, are what Zero to
+# JupyterHub's NetworkPolicies, PodDisruptionBudget and tools select on): gpusessions marks it
+# with a label of its own, and everything of ours that looks for notebook pods selects on it.
+NOTEBOOK_COMPONENT = "gpusessions.io/component"
+NOTEBOOK = "notebook"
 # KAI Scheduler's queue label: on the notebook pod, the holder pod and the claim.
 QUEUE_LABEL = "kai.scheduler/queue"
 # The notebook pod's session (claim, node, devices) as JSON, read back as /etc/gpusessions/session.json.

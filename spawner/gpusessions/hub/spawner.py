@@ -72,8 +72,19 @@ class SpawnRefused(SpawnException):
         return str(self.message)
 
 
+class InvalidUserOptions(SpawnRefused, ValueError):
+    """Refused options: a `SpawnException` (a 400 whose spawn-page text is the message alone,
+    not a hub failure) that is also the `ValueError` KubeSpawner's `load_user_options` raises,
+    so code written against KubeSpawner that catches `ValueError` still does."""
+
+    def __init__(self, message: str) -> None:
+        SpawnRefused.__init__(self, message, reason="invalid-options")  # type: ignore[call-arg]
+
+
 class GPUSessionSpawner(KubeSpawner):
     """KubeSpawner whose GPU profiles keep their GPU across notebook restarts."""
+
+    start_timeout: int  # JupyterHub's trait, typed for mypy (start raises it for a GPU profile)
 
     gpu_device_class = Unicode(
         "",
@@ -271,18 +282,60 @@ class GPUSessionSpawner(KubeSpawner):
         self._profile_applied = False  # load_user_options applied the profile in this process
         self._gpu_started = False  # start() ran and stop() has not run since
         self._creating_pod = False  # inside KubeSpawner's notebook pod create (see stop)
-        # The start timeout covers the wait for a GPU too.
-        base: int = getattr(self, "start_timeout", 60)
-        self.start_timeout = int(base + self._max_allocation_timeout())
+        # start_timeout as configured, and as start() last raised it (see start).
+        self._base_start_timeout: int = int(self.start_timeout)
+        self._raised_start_timeout: int = self._base_start_timeout
 
-    def _max_allocation_timeout(self) -> float:
-        timeouts = [self.gpu_allocation_timeout]
-        if isinstance(self.profile_list, list):
-            for p in self.profile_list:
-                v = (p.get("kubespawner_override") or {}).get("gpu_allocation_timeout")
-                if isinstance(v, (int, float)):
-                    timeouts.append(float(v))
-        return max(timeouts)
+    @staticmethod
+    def _overrides(profile: dict[str, Any]) -> list[dict[str, Any]]:
+        """The profile's kubespawner_override and those of its options' choices."""
+        found = [profile.get("kubespawner_override") or {}]
+        for option in (profile.get("profile_options") or {}).values():
+            if not isinstance(option, dict):
+                continue
+            choices = option.get("choices") or {}
+            for choice in [*choices.values(), option.get("unlisted_choice") or {}]:
+                if isinstance(choice, dict):
+                    found.append(choice.get("kubespawner_override") or {})
+        return [o for o in found if isinstance(o, dict)]
+
+    def _allocation_wait(self) -> float:
+        """Seconds the chosen profile may wait for a GPU: its `gpu_allocation_timeout`, or 0 when it
+        asks for no GPU. Read before `load_user_options` (JupyterHub takes `start_timeout` when
+        `start` returns): when the profile cannot be known yet (a callable `profile_list`, an
+        unknown slug) the largest wait any profile may have."""
+
+        def timeout(override: dict[str, Any]) -> float:
+            v = override.get("gpu_allocation_timeout", self.gpu_allocation_timeout)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+
+        def wants(override: dict[str, Any]) -> bool:
+            return bool(
+                override.get("gpu_device_class", self.gpu_device_class)
+                or override.get("gpu_first_available", self.gpu_first_available)
+            )
+
+        largest = max([float(self.gpu_allocation_timeout)] + [timeout(o) for o in self._all_overrides()])
+        if callable(self.profile_list):
+            return largest
+        try:
+            profiles = list(self._get_initialized_profile_list(self._sorted_dict_values(self.profile_list)))
+        except Exception:  # a malformed list is refused later, in load_user_options
+            return largest
+        if not profiles:  # no profiles: the spawner's own settings
+            return float(self.gpu_allocation_timeout) if wants({}) else 0.0
+        options = self.user_options if isinstance(self.user_options, dict) else {}
+        slug = options.get("profile")
+        chosen = [p for p in profiles if (p.get("slug") == slug if slug else p.get("default"))]
+        if not chosen:  # an unknown profile is refused later
+            return largest
+        return max((timeout(o) for o in self._overrides(chosen[0]) if wants(o)), default=0.0)
+
+    def _all_overrides(self) -> list[dict[str, Any]]:
+        if callable(self.profile_list):
+            return []
+        profiles = self._sorted_dict_values(self.profile_list)
+        return [o for p in profiles if isinstance(p, dict) for o in self._overrides(p)]
 
     # -- the GPU request of the chosen profile ---------------------------------------
     def gpu_request(self) -> C.GPURequest:
@@ -366,7 +419,10 @@ class GPUSessionSpawner(KubeSpawner):
 
     async def _resolve_queue(self) -> str | None:
         """The user's queue, or None when queues are not used; refuses a user without one."""
-        groups = [g.name for g in getattr(self.user, "groups", []) or []]
+        try:
+            groups = [g.name for g in getattr(self.user, "groups", []) or []]
+        except TypeError:  # a user without a list of groups (KubeSpawner's tests' MockUser)
+            groups = []
         try:
             return await self._queues().queue_of(self, groups)
         except Refused as e:
@@ -424,7 +480,7 @@ class GPUSessionSpawner(KubeSpawner):
             profile_list = await self._profile_list_for_user()
             self.user_options = validate_options(options, profile_list)
         except InvalidOptions as e:
-            raise SpawnRefused(str(e), reason="invalid-options") from None
+            raise InvalidUserOptions(str(e)) from None
         if profile_list and not self.user_options.get("profile"):
             # A start without options gets the default profile: name it, so the claim, the
             # session file and the admin page say which size this is.
@@ -435,19 +491,28 @@ class GPUSessionSpawner(KubeSpawner):
             self._profile_applied = True
             self.gpu_request()
         except (TraitError, ValueError) as e:
-            raise SpawnRefused(
-                f"This profile's settings are invalid: {e}", reason="invalid-options"
-            ) from None
+            raise InvalidUserOptions(f"This profile's settings are invalid: {e}") from None
 
-    async def _options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
-        """Validate a submitted form at once: a bad form gets a 400 and the form again, nothing starts."""
-        # An empty optional field (e.g. "other image") is no choice at all.
+    def _options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
+        """KubeSpawner's form reading (synchronous, returns the options, validates nothing),
+        except that an empty optional field (e.g. "other image") is no choice at all."""
         formdata = {k: [v for v in vs if v != ""] for k, vs in formdata.items()}
-        opts = super()._options_from_form({k: vs for k, vs in formdata.items() if vs})
+        return dict(super()._options_from_form({k: vs for k, vs in formdata.items() if vs}))
+
+    async def run_options_from_form(self, form_data: dict[str, list[str]]) -> dict[str, Any]:
+        """Read a submitted form (`options_from_form`), then validate it at once: a bad form gets
+        a 400 and the form again, and nothing starts.
+
+        JupyterHub's spawn page awaits this (and only the page calls it); `options_from_form`
+        itself stays KubeSpawner's synchronous function, and `load_user_options` validates
+        options from every source again, the REST API's included."""
+        from jupyterhub.utils import maybe_future
+
+        options = await maybe_future(super().run_options_from_form(form_data))
         try:
-            return validate_options(opts, await self._profile_list_for_user())
+            return validate_options(options, await self._profile_list_for_user())
         except InvalidOptions as e:
-            raise SpawnRefused(str(e), reason="invalid-options") from None
+            raise InvalidUserOptions(str(e)) from None
 
     # -- hardened defaults: notebook pods meet the Pod Security "restricted" level ----------
     @default("container_security_context")
@@ -499,6 +564,12 @@ class GPUSessionSpawner(KubeSpawner):
         self._gpu_messages = []
         self._gpu_phase_done.clear()
         self._gpu_started = True
+        # The start timeout covers the wait for a GPU too, for a profile that asks for one
+        # (a start_timeout set since the last start is the new base).
+        if self.start_timeout != self._raised_start_timeout:
+            self._base_start_timeout = int(self.start_timeout)
+        self._raised_start_timeout = int(self._base_start_timeout + self._allocation_wait())
+        self.start_timeout = self._raised_start_timeout
         return super().start()
 
     async def get_pod_manifest(self) -> Any:
@@ -506,11 +577,9 @@ class GPUSessionSpawner(KubeSpawner):
         self._kai_queue = await self._resolve_queue()
         await self._prepare_gpu()
         pod = await super().get_pod_manifest()
-        pod.metadata.labels = {
-            **(pod.metadata.labels or {}),
-            L.MANAGED_BY: L.MANAGER,
-            L.COMPONENT: "notebook",
-        }
+        # Every label KubeSpawner sets stays (Zero to JupyterHub and KubeSpawner's own Service
+        # select on them); gpusessions marks its notebook pods with a label of its own.
+        pod.metadata.labels = {**(pod.metadata.labels or {}), L.NOTEBOOK_COMPONENT: L.NOTEBOOK}
         queued = self._queues().scheduling(self._kai_queue)
         if queued is not None:
             NP.schedule(pod, queued)
