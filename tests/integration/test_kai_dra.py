@@ -4,13 +4,17 @@ The same behaviour test_dra_behaviour.py proves for kube-scheduler, here with
 `schedulerName: kai-scheduler`: a holder and a notebook sharing one standalone
 claim, the queue label KAI requires on that claim, dynamic MIG (partitionable
 devices) and `firstAvailable` (both need the project's patch to KAI,
-devcluster/kai/patches/). Runs on the `small` shape: gpu-node-0 with GPU 0
-statically split into 3g.40gb + 2g.20gb + 2 x 1g.10gb and GPU 1 partitionable.
+devcluster/kai/patches/). Runs on the `small` shape (gpu-node-0: GPU 0
+statically split into 3g.40gb + 2g.20gb + 2 x 1g.10gb, GPU 1 whole); the
+dynamic MIG test runs on the second cluster, shape `small-dynamic` (gpu-node-d,
+GPU 0 a partitionable H100), which runs KAI too.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -81,36 +85,43 @@ def test_kai_blocks_a_pod_whose_standalone_gpu_claim_has_no_queue_label(
 
 
 def test_dynamic_mig_under_kai_and_counters_refuse_overallocation(
-    api: KubeAPI, namespace: str, team: str
+    dynamic_api: KubeAPI, dynamic_namespace: str, dynamic_cluster: Any
 ) -> None:
-    parent = gpu_uuid(NODE, 1)  # GPU 1 of the small shape is partitionable
-    on_gpu1 = f"device.attributes['gpu.nvidia.com'].parentUUID == '{parent}'"
+    api, namespace, paths = dynamic_api, dynamic_namespace, dynamic_cluster.paths
+    node = "gpu-node-d"
+    gpu0 = gpu_uuid(node, 0)  # GPU 0 of small-dynamic is a partitionable H100
+    with contextlib.contextmanager(_with_queues)(api, *queue_names(namespace)) as team:
+        on_gpu0 = f"device.attributes['gpu.nvidia.com'].parentUUID == '{gpu0}'"
 
-    api.create(kai_claim("four", team, MIG, [on_gpu1, PROFILE.format("4g.40gb")]), namespace)
-    api.create(kai_pod("p-four", team, "four"), namespace)
-    waits.pod_ready(api, namespace, "p-four", timeout=60)
-    assert allocated(api.get("ResourceClaim", "four", namespace)) == [(NODE, "gpu-1-mig-4g40gb-5-0")]
-    assert waits.wait_for(
-        lambda: visible_devices(namespace, "p-four") == mig_uuid(parent, "4g.40gb", 0), 10, "dynamic MIG uuid"
-    )
-    # The 4g.40gb took memory slices 0-3: a 3g.40gb fits only at placement 4 ...
-    api.create(kai_claim("three-a", team, MIG, [on_gpu1, PROFILE.format("3g.40gb")]), namespace)
-    api.create(kai_pod("p-three-a", team, "three-a"), namespace)
-    waits.pod_ready(api, namespace, "p-three-a", timeout=60)
-    assert allocated(api.get("ResourceClaim", "three-a", namespace)) == [(NODE, "gpu-1-mig-3g40gb-9-4")]
-    # ... and a second one does not fit at all: the counters are spent.
-    api.create(kai_claim("three-b", team, MIG, [on_gpu1, PROFILE.format("3g.40gb")]), namespace)
-    api.create(kai_pod("p-three-b", team, "three-b"), namespace)
-    msg = waits.pod_unschedulable(api, namespace, "p-three-b")
-    assert stays_pending(api, namespace, "p-three-b", 3)
-    assert not (api.get("ResourceClaim", "three-b", namespace).get("status") or {}).get("allocation")
-    print("KAI's message for a dynamic MIG device whose counters are spent:", msg)
+        api.create(kai_claim("four", team, MIG, [on_gpu0, PROFILE.format("4g.40gb")]), namespace)
+        api.create(kai_pod("p-four", team, "four"), namespace)
+        waits.pod_ready(api, namespace, "p-four", timeout=60)
+        assert allocated(api.get("ResourceClaim", "four", namespace)) == [(node, "gpu-0-mig-4g40gb-5-0")]
+        assert waits.wait_for(
+            lambda: visible_devices(namespace, "p-four", paths=paths) == mig_uuid(gpu0, "4g.40gb", 0),
+            10,
+            "dynamic MIG uuid",
+        )
+        # The 4g.40gb took memory slices 0-3: a 3g.40gb fits only at placement 4 ...
+        api.create(kai_claim("three-a", team, MIG, [on_gpu0, PROFILE.format("3g.40gb")]), namespace)
+        api.create(kai_pod("p-three-a", team, "three-a"), namespace)
+        waits.pod_ready(api, namespace, "p-three-a", timeout=60)
+        assert allocated(api.get("ResourceClaim", "three-a", namespace)) == [(node, "gpu-0-mig-3g40gb-9-4")]
+        # ... and a second one does not fit at all: the counters are spent.
+        api.create(kai_claim("three-b", team, MIG, [on_gpu0, PROFILE.format("3g.40gb")]), namespace)
+        api.create(kai_pod("p-three-b", team, "three-b"), namespace)
+        msg = waits.pod_unschedulable(api, namespace, "p-three-b")
+        assert stays_pending(api, namespace, "p-three-b", 3)
+        assert not (api.get("ResourceClaim", "three-b", namespace).get("status") or {}).get("allocation")
+        print("KAI's message for a dynamic MIG device whose counters are spent:", msg)
 
-    # Counters given back: the waiting claim is allocated.
-    api.delete("Pod", "p-four", namespace, grace_period=0)
-    waits.claim_deallocated(api, namespace, "four")
-    waits.pod_ready(api, namespace, "p-three-b", timeout=60)
-    assert allocated(api.get("ResourceClaim", "three-b", namespace)) == [(NODE, "gpu-1-mig-3g40gb-9-0")]
+        # Counters given back: the waiting claim is allocated.
+        api.delete("Pod", "p-four", namespace, grace_period=0)
+        waits.claim_deallocated(api, namespace, "four")
+        waits.pod_ready(api, namespace, "p-three-b", timeout=60)
+        assert allocated(api.get("ResourceClaim", "three-b", namespace)) == [(node, "gpu-0-mig-3g40gb-9-0")]
+        for pod in ("p-three-a", "p-three-b"):
+            api.delete("Pod", pod, namespace, grace_period=0)
 
 
 def _fallback(api: KubeAPI, namespace: str, queue_name: str | None, scheduler: str) -> list[tuple[str, str]]:

@@ -3,7 +3,7 @@ a queue's limit, reclaim of a preemptible session, a non-preemptible one left al
 KAI counts MIG devices against a queue (measured; docs/queues.md quotes these tests).
 
 The `small` shape has one whole GPU that a `gpu.nvidia.com` claim can get (GPU 1, the
-partitionable one; GPU 0 is split statically into MIG devices).
+whole one; GPUs 0 and 2 are split statically into MIG devices, which hides them).
 """
 
 from __future__ import annotations
