@@ -101,6 +101,13 @@ def namespace(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[str]
 def _fresh_namespace(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[str]:
     name = namespace_name(request.node.name)
     cluster.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    # As on any cluster, pods can be created once the serviceaccount controller has made the
+    # namespace's `default` account; right after an apiserver restart that can take seconds.
+    waits.wait_for(
+        lambda: cluster.api.get_or_none("ServiceAccount", "default", name),
+        60,
+        f"the default ServiceAccount of namespace {name}",
+    )
     yield name
     if not lc.healthy(cluster.paths):
         st = lc.status(cluster.paths)
