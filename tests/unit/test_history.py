@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from gpusessions.culler.cycle import Culler
 from gpusessions.culler.history import History, session_equivalent
 from gpusessions.culler.model import Session
