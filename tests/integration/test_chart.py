@@ -355,7 +355,11 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
         # KAI's Queues, which needs the chart's list and watch of them.
         "kai": {
             "enabled": True,
-            "parentQueue": {"create": True, "name": parent, "resources": {"gpu": RES, "cpu": RES, "memory": RES}},
+            "parentQueue": {
+                "create": True,
+                "name": parent,
+                "resources": {"gpu": RES, "cpu": RES, "memory": RES},
+            },
             "queues": {
                 team: {
                     "groups": ["physics"],

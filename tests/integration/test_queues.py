@@ -169,7 +169,10 @@ def test_the_picker_shows_the_teams_use_and_limit(hub: Hub, api: KubeAPI, namesp
 
     # The form says it in plain words, on the size it concerns.
     page = logged_in(hub, "bo").open(hub.url + "/hub/spawn/bo", timeout=30).read().decode()
-    assert "MIG quota: 0.14 of 0.50 GPU-equivalents" in page and "KAI Scheduler's figures for your team's queue" in page
+    assert (
+        "MIG quota: 0.14 of 0.50 GPU-equivalents" in page
+        and "KAI Scheduler's figures for your team's queue" in page
+    )
     note = re.search(r'id="gs-team-mig-3g-40gb"[^>]*data-exceeds="true">([^<]*)<', page)
     assert note and "would pass its limit" in note.group(1), page[:3000]
     assert re.search(r'id="gs-team-mig-1g-10gb"[^>]*data-exceeds="false"></div>', page)

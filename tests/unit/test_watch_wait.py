@@ -66,7 +66,9 @@ def test_a_kind_the_cluster_does_not_serve_is_absent_not_an_error() -> None:
 
         async def not_served(**kw: object) -> _Response:
             calls.append(kw)
-            return _Response(404, '{"kind": "Status", "message": "the server could not find the requested resource"}')
+            return _Response(
+                404, '{"kind": "Status", "message": "the server could not find the requested resource"}'
+            )
 
         cache = Cache("queues.scheduling.run.ai", not_served, lambda: None)
         task = asyncio.ensure_future(cache.run())

@@ -228,10 +228,16 @@ class KaiQueue:
         deserved = "no fixed share" if self.quota < 0 else f"{_num(self.quota)} deserved"
         if self.limit < 0:
             return f"Team {self.name}: {_num(self.allocated)} GPUs in use (KAI queue: {deserved}, no limit)."
-        return f"Team {self.name}: {_num(self.allocated)} of {_num(self.limit)} GPUs in use (KAI queue: {deserved})."
+        used = f"{_num(self.allocated)} of {_num(self.limit)}"
+        return f"Team {self.name}: {used} GPUs in use (KAI queue: {deserved})."
 
     def json(self) -> Obj:
-        return {"queue": self.name, "quota": self.quota, "limit": self.limit, "allocated": float(self.allocated)}
+        return {
+            "queue": self.name,
+            "quota": self.quota,
+            "limit": self.limit,
+            "allocated": float(self.allocated),
+        }
 
 
 def with_kai(figure: Obj, kai: KaiQueue | None) -> Obj:

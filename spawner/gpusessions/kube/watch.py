@@ -89,7 +89,11 @@ class Cache:
                 # Not an error of ours: the cluster has no such kind (yet). Look again now and
                 # then, quietly, in case it is installed later.
                 if not self.absent:
-                    log.info("%s are not served by this cluster; looking again every %ds", self.kind, ABSENT_RECHECK)
+                    log.info(
+                        "%s are not served by this cluster; looking again every %ds",
+                        self.kind,
+                        ABSENT_RECHECK,
+                    )
                 self.absent = True
                 self.objects = {}
                 self.ready.set()
