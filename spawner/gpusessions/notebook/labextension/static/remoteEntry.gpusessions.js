@@ -70,9 +70,13 @@
     }
     var url = cfg.hubPrefix + 'gpusessions/notices?server=' + encodeURIComponent(cfg.hubServerName || '');
     var began = Date.now();
+    var none = false; // the hub has no such route: not a gpusessions hub, stop asking
     function look() {
       fetch(url, { credentials: 'same-origin', headers: { 'Accept': 'application/json' } })
-        .then(function (r) { return r.ok ? r.json() : {}; })
+        .then(function (r) {
+          none = r.status === 404;
+          return r.ok ? r.json() : {};
+        })
         .then(function (body) {
           (body.notices || []).forEach(function (n) {
             if (!seen[n.at]) {
@@ -82,7 +86,9 @@
           });
         }, function () { /* the hub is away too: look again later */ })
         .then(function () {
-          setTimeout(look, Date.now() - began < 600000 ? 10000 : 60000);
+          if (!none) {
+            setTimeout(look, Date.now() - began < 600000 ? 10000 : 60000);
+          }
         });
     }
     look();
