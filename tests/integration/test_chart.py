@@ -346,9 +346,32 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
 ) -> None:
     ports = (free_port(), free_port(), free_port())  # proxy, hub, proxy API
     cport = free_port()
+    _kai_queue_crd(api)
+    parent, team = f"{_prefix(namespace)}parent", f"{_prefix(namespace)}team"
     values = {
         "deviceClassPrefix": _prefix(namespace),
         "hub": {"apiUrl": f"http://127.0.0.1:{ports[1]}/hub/api"},
+        # With KAI: sessions in a team queue (everyone in it by default), and the picker reads
+        # KAI's Queues, which needs the chart's list and watch of them.
+        "kai": {
+            "enabled": True,
+            "parentQueue": {
+                "create": True,
+                "name": parent,
+                "resources": {"gpu": RES, "cpu": RES, "memory": RES},
+            },
+            "queues": {
+                team: {
+                    "groups": ["physics"],
+                    "resources": {
+                        "gpu": {"quota": 3, "limit": 5, "overQuotaWeight": 1},
+                        "cpu": RES,
+                        "memory": RES,
+                    },
+                }
+            },
+            "defaultQueue": team,
+        },
         "culler": {
             "port": cport,
             "interval": 1,
@@ -428,6 +451,9 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
         assert code == 201, tok
         profiles = {p["slug"]: p for p in _availability(hub, tok["token"])["profiles"]}
         assert isinstance(profiles[size]["free"], int), profiles[size]
+        # ... and the team line KAI's Queue, read with the chart's rights on Queues.
+        assert profiles[size]["queue"]["kai"] == {"queue": team, "quota": 3.0, "limit": 5.0, "allocated": 0.0}
+        assert claim["metadata"]["labels"]["kai.scheduler/queue"] == team
         # The culler (as its service account) warns idle alice: a patch of her claim.
         waits.wait_for(
             lambda: (
@@ -524,8 +550,15 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
         ("update", "resourceclaims/status", "resource.k8s.io", namespace),
         ("create", "roles", "rbac.authorization.k8s.io", namespace),
         ("create", "pods/exec", "", namespace),
+        # KAI: its Queues read-only; nothing of its PodGroups or BindRequests.
+        ("get", "queues", "scheduling.run.ai", None),
+        ("patch", "queues", "scheduling.run.ai", None),
+        ("delete", "queues", "scheduling.run.ai", None),
+        ("list", "podgroups", "scheduling.run.ai", namespace),
+        ("create", "bindrequests", "scheduling.run.ai", namespace),
     ]:
         assert not _can(api, hub_user, verb, resource, group, ns), f"hub may {verb} {resource} in {ns}"
+    assert _can(api, hub_user, "watch", "queues", "scheduling.run.ai", None)
     assert _can(api, culler_user, "delete", "resourceclaims", "resource.k8s.io", namespace)
     for verb, resource, group, ns in [
         ("delete", "resourceclaims", "resource.k8s.io", other),

@@ -4,6 +4,7 @@ asks for it; what the borrower's hub, user and objects see."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from localcluster import waits
 from localcluster.hubproc import Hub, start_hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import GPU_HUB_CONFIG, gpu_objects, server_model, spawn
+from .hubtools import GPU_HUB_CONFIG, gpu_objects, logged_in, server_model, spawn
 from .kaitools import make_queues, queue
 
 pytestmark = pytest.mark.cluster
@@ -24,8 +25,9 @@ def teams(namespace: str) -> tuple[str, str, str]:
     return f"dept-{s}", f"owner-{s}", f"borrower-{s}"
 
 
-@pytest.fixture
-def hub(api: KubeAPI, namespace: str, tmp_path: Path) -> Iterator[Hub]:
+def reclaim_hub(api: KubeAPI, namespace: str, workdir: Path) -> Iterator[Hub]:
+    """A hub whose physics users (ann) own a team queue of GPU quota 2 and whose biology users
+    (cy) have none (they may borrow); a whole-GPU profile `gpu-pre` that may be reclaimed."""
     dept, owner, borrower = teams(namespace)
     extra = f"""
 c.GPUSessionSpawner.kai_queue = {{"physics": {owner!r}, "biology": {borrower!r}}}
@@ -41,9 +43,14 @@ EXTRA.append({{
     # One whole-GPU session needs a quota of 2 in KAI's eyes (docs/queues.md).
     qs = [queue(dept, 2, -1), queue(owner, 2, 2, parent=dept), queue(borrower, 0, 2, parent=dept)]
     for _ in make_queues(api, qs):
-        h = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, tmp_path / "hub")
+        h = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, workdir)
         yield h
         h.stop()
+
+
+@pytest.fixture
+def hub(api: KubeAPI, namespace: str, tmp_path: Path) -> Iterator[Hub]:
+    yield from reclaim_hub(api, namespace, tmp_path / "hub")
 
 
 def notices(hub: Hub, user: str) -> list[str]:
@@ -69,6 +76,14 @@ def test_a_borrowed_gpu_is_reclaimed_when_its_owner_asks(hub: Hub, api: KubeAPI,
         f"Your GPU session was taken back by the scheduler: your team's queue {teams(namespace)[2]} "
         "was using GPUs beyond its share"
     ), said
+    # A JupyterLab tab whose server is gone reads them from the hub's page route with the login
+    # cookie alone (no token, no XSRF token): the user's own notices, nobody else's.
+    mine = json.loads(
+        logged_in(hub, "cy").open(hub.url + "/hub/gpusessions/notices?server=", timeout=30).read()
+    )
+    assert [n["text"] for n in mine["notices"]] == said
+    theirs = json.loads(logged_in(hub, "ann").open(hub.url + "/hub/gpusessions/notices", timeout=30).read())
+    assert theirs == {"notices": []}
     # ... and releases its GPU: nothing of cy's session is left.
     waits.gone(api, "ResourceClaim", "gpu-cy", namespace, timeout=30)
     assert not [

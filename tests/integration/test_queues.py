@@ -1,6 +1,7 @@
 """Team queues on the local cluster: labels, priority, refusals and the GPU-equivalent quota,
 with holder and notebook pods scheduled by the cluster's real KAI Scheduler (team-a and team-b
-are KAI Queues under one parent, made here)."""
+are KAI Queues under one parent, made here; team-c has no KAI Queue: the picker's line for it is
+the hub's own count, as on a cluster without KAI)."""
 
 from __future__ import annotations
 
@@ -30,14 +31,19 @@ from .kaitools import make_queues, queue
 pytestmark = pytest.mark.cluster
 
 QUEUES = """
-c.GPUSessionSpawner.kai_queue = {"physics": "team-a", "biology": "team-b"}
+c.GPUSessionSpawner.kai_queue = {"physics": "team-a", "biology": "team-b", "chemistry": "team-c"}
 c.GPUSessionSpawner.kai_gpu_quota = {"team-a": 0.5}
-c.JupyterHub.load_groups = {"physics": {"users": ["ann", "bo"]}, "biology": {"users": ["cy"]}}
+c.JupyterHub.load_groups = {
+    "physics": {"users": ["ann", "bo"]},
+    "biology": {"users": ["cy"]},
+    "chemistry": {"users": ["di"]},
+}
 """
 
 
 # KAI's GPU quota of a team: MIG devices (class mig.nvidia.com) cost nothing in KAI's eyes; a
-# whole GPU shared by holder and notebook needs 2 (KAI charges the notebook again, docs/queues.md).
+# whole GPU shared by holder and notebook needs 2 when KAI admits the notebook (its scheduler
+# charges the notebook again, docs/queues.md), and counts 1 in the Queue's status once both run.
 KAI_QUEUES = [
     queue("research", 4, -1),
     queue("team-a", 2, 2, parent="research"),
@@ -136,7 +142,12 @@ def test_the_picker_shows_the_teams_use_and_limit(hub: Hub, api: KubeAPI, namesp
     bo = user_token(hub, "bo")
     q = team_figures(hub, bo, 0)
     assert q["mig-1g-10gb"]["name"] == "team-a" and q["mig-1g-10gb"]["limit"] == 0.5
-    assert q["mig-1g-10gb"]["text"] == "Team team-a: 0 of 0.50 GPUs in use."
+    # The line: KAI's Queue team-a (2 deserved, limit 2; MIG devices cost it nothing), then the
+    # hub's own MIG quota in GPU-equivalents.
+    assert q["mig-1g-10gb"]["text"] == (
+        "Team team-a: 0 of 2 GPUs in use (KAI queue: 2 deserved). "
+        "MIG quota: 0 of 0.50 GPU-equivalents (1g.10gb counts 1/7)."
+    )
     assert not q["mig-3g-40gb"]["exceeds"]  # 3/7 fits in 0.5
     assert q["gpu"]["exceeds"] and "would pass its limit of 0.50 GPU" in q["gpu"]["note"]
 
@@ -144,7 +155,11 @@ def test_the_picker_shows_the_teams_use_and_limit(hub: Hub, api: KubeAPI, namesp
     # A colleague of the same team sees ann's slice counted: 1/7 in use, so a 3g.40gb (3/7) would pass.
     q = team_figures(hub, bo, 1)
     one, three = q["mig-1g-10gb"], q["mig-3g-40gb"]
-    assert one["text"] == "Team team-a: 0.14 of 0.50 GPUs in use." and one["sessions"] == 1
+    assert one["text"] == (
+        "Team team-a: 0 of 2 GPUs in use (KAI queue: 2 deserved). "
+        "MIG quota: 0.14 of 0.50 GPU-equivalents (1g.10gb counts 1/7)."
+    )
+    assert one["sessions"] == 1
     assert abs(one["used"] - 1 / 7) < 1e-9 and one["size"] == pytest.approx(1 / 7)
     assert not one["exceeds"] and one["note"] == ""
     assert three["exceeds"] and three["size"] == pytest.approx(3 / 7)
@@ -154,7 +169,10 @@ def test_the_picker_shows_the_teams_use_and_limit(hub: Hub, api: KubeAPI, namesp
 
     # The form says it in plain words, on the size it concerns.
     page = logged_in(hub, "bo").open(hub.url + "/hub/spawn/bo", timeout=30).read().decode()
-    assert "Team team-a: 0.14 of 0.50 GPUs in use." in page
+    assert (
+        "MIG quota: 0.14 of 0.50 GPU-equivalents" in page
+        and "KAI Scheduler's figures for your team's queue" in page
+    )
     note = re.search(r'id="gs-team-mig-3g-40gb"[^>]*data-exceeds="true">([^<]*)<', page)
     assert note and "would pass its limit" in note.group(1), page[:3000]
     assert re.search(r'id="gs-team-mig-1g-10gb"[^>]*data-exceeds="false"></div>', page)
@@ -162,9 +180,41 @@ def test_the_picker_shows_the_teams_use_and_limit(hub: Hub, api: KubeAPI, namesp
     # Another team's user sees their own team, which has no limit; ann herself is not refused a
     # restart on her kept claim, and the picker does not count it twice for her.
     cy = team_figures(hub, user_token(hub, "cy"), 0)
-    assert cy["gpu"]["text"] == "Team team-b: 0 GPUs in use (no team limit)." and not cy["gpu"]["exceeds"]
+    assert cy["gpu"]["text"] == "Team team-b: 0 of 2 GPUs in use (KAI queue: 2 deserved)."
+    assert not cy["gpu"]["exceeds"]
+    # A team without a KAI Queue: the hub's own count, as on a cluster without KAI.
+    di = team_figures(hub, user_token(hub, "di"), 0)
+    assert di["gpu"]["text"] == "Team team-c: 0 GPUs in use (no team limit)." and di["gpu"]["kai"] is None
     ann = team_figures(hub, user_token(hub, "ann"), 1)
     assert ann["mig-3g-40gb"]["text"] == one["text"] and not ann["mig-3g-40gb"]["exceeds"]
     # A user in no team is told so, and there is no figure to show.
     eve = availability(hub, user_token(hub, "eve"))["profiles"][0]["queue"]
     assert eve["name"] is None and "You are in no team with a GPU queue" in eve["text"]
+
+
+def test_the_team_line_is_kais_queue_spec_and_status(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    """The picker reads KAI's Queue (not a guess): a whole GPU shows as KAI's allocation, and an
+    edit of the Queue's spec shows on the next view."""
+    cy = user_token(hub, "cy")
+
+    def line(text: str) -> dict:
+        def now() -> dict | None:
+            q = availability(hub, cy)["profiles"][0]["queue"]
+            return q if q["text"] == text else None
+
+        last = lambda: f"the picker says: {availability(hub, cy)['profiles'][0]['queue']}"  # noqa: E731
+        return waits.wait_for(now, 20, f"the picker to say {text!r}", explain=last)
+
+    line("Team team-b: 0 of 2 GPUs in use (KAI queue: 2 deserved).")
+    spawn(hub, "cy", {"profile": "gpu"})
+    # KAI's queuecontroller sums the PodGroups: holder and notebook share the claim, counted once.
+    q = line("Team team-b: 1 of 2 GPUs in use (KAI queue: 2 deserved).")
+    assert q["kai"] == {"queue": "team-b", "quota": 2.0, "limit": 2.0, "allocated": 1.0}
+    assert api.get("Queue", "team-b")["status"]["allocated"]["gpu.nvidia.com"] == "1"
+    # The admin gives team-b more: the picker shows KAI's new spec.
+    api.patch("Queue", "team-b", {"spec": {"resources": {"gpu": {"quota": 3, "limit": 5}}}})
+    q = line("Team team-b: 1 of 5 GPUs in use (KAI queue: 3 deserved).")
+    assert q["kai"]["limit"] == 5.0
+    api.patch("Queue", "team-b", {"spec": {"resources": {"gpu": {"quota": 2, "limit": -1}}}})
+    line("Team team-b: 1 GPUs in use (KAI queue: 2 deserved, no limit).")
+    stop(hub, "cy")

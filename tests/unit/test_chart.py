@@ -317,9 +317,15 @@ def test_rbac_is_narrow(tmp_path: Path) -> None:
     # Cluster-wide: read-only, and nothing of secrets, pods or nodes for the hub.
     for rule in _rules(objs, "ClusterRole", "hub"):
         assert set(rule["verbs"]) <= {"get", "list", "watch"}
-        assert set(rule["resources"]) <= {"resourceslices", "resourceclaims", "deviceclasses"}
+        assert set(rule["resources"]) <= {"resourceslices", "resourceclaims", "deviceclasses", "queues"}
     for rule in _rules(objs, "ClusterRole", "culler"):
         assert rule["resources"] == ["nodes"] and set(rule["verbs"]) == {"list", "watch"}
+    assert not [r for r in _rules(objs, "ClusterRole", "hub") if "scheduling.run.ai" in r["apiGroups"]]
+    # With KAI: list and watch of KAI's Queues (the picker's team line), nothing more of KAI's.
+    kai = template(tmp_path, TEAMS)
+    assert [r for r in _rules(kai, "ClusterRole", "hub") if "scheduling.run.ai" in r["apiGroups"]] == [
+        {"apiGroups": ["scheduling.run.ai"], "resources": ["queues"], "verbs": ["list", "watch"]}
+    ]
     # No kernels: no secrets or NetworkPolicies for the hub.
     no_kernels = template(tmp_path, VALUE_SETS["no-kernels"])
     resources = {r for rule in _rules(no_kernels, "Role", "hub") for r in rule["resources"]}

@@ -113,3 +113,58 @@ def test_the_team_counted_for_the_picker_does_not_count_the_users_own_claim_twic
     other = claim("c", "team-b", "gpu-1")
     assert POLICY.counted(Q.Team("team-a", None, 0.5), claims, INV, other).own == 0, "not in this queue"
     assert POLICY.counted(Q.Team(None), claims, INV, mine) == Q.Team(None)
+
+
+def kai_queue_obj(quota: float, limit: float, allocated: dict | None) -> dict:
+    q: dict = {
+        "metadata": {"name": "team-a"},
+        "spec": {"resources": {"gpu": {"quota": quota, "limit": limit, "overQuotaWeight": 1}}},
+    }
+    if allocated is not None:
+        q["status"] = {"allocated": allocated}
+    return q
+
+
+def test_kais_queue_figures_are_read_from_its_spec_and_status() -> None:
+    # KAI lists DRA GPUs under their device class (a name with "gpu") and device-plugin GPUs as
+    # nvidia.com/gpu; CPU, memory and classes without "gpu" (mig.nvidia.com) are no GPUs to it.
+    q = Q.KaiQueue.of(
+        kai_queue_obj(
+            2,
+            4,
+            {
+                "gpu.nvidia.com": "1",
+                "gpusessions-mig-1g-10gb": "1",
+                "nvidia.com/gpu": "500m",
+                "mig.nvidia.com": "3",
+                "cpu": "2",
+                "memory": "1Gi",
+            },
+        )
+    )
+    assert (q.name, q.quota, q.limit, q.allocated) == ("team-a", 2.0, 4.0, Fraction(5, 2))
+    assert q.text() == "Team team-a: 2.50 of 4 GPUs in use (KAI queue: 2 deserved)."
+    assert Q.KaiQueue.of(kai_queue_obj(-1, -1, {})).text() == (
+        "Team team-a: 0 GPUs in use (KAI queue: no fixed share, no limit)."
+    )
+    # A queue that never held anything has no status: nothing allocated.
+    fresh = Q.KaiQueue.of(kai_queue_obj(1, 1, None))
+    assert fresh.allocated == 0 and fresh.text() == "Team team-a: 0 of 1 GPUs in use (KAI queue: 1 deserved)."
+
+
+def test_the_team_line_comes_from_kai_where_its_queue_exists() -> None:
+    kai = Q.KaiQueue.of(kai_queue_obj(2, 4, {"gpu.nvidia.com": "1"}))
+    use = Q.TeamUse("team-a", Fraction(1, 7), 1)
+    fig = Q.Team("team-a", use, 0.5, kai=kai).figure(Fraction(3, 7))
+    assert fig["text"] == (
+        "Team team-a: 1 of 4 GPUs in use (KAI queue: 2 deserved). "
+        "MIG quota: 0.14 of 0.50 GPU-equivalents (1g.10gb counts 1/7)."
+    )
+    assert fig["kai"] == {"queue": "team-a", "quota": 2.0, "limit": 4.0, "allocated": 1.0}
+    # The hub's own quota check is unchanged (what the spawner refuses).
+    assert fig["exceeds"] and fig["used"] == float(Fraction(1, 7)) and fig["limit"] == 0.5
+    # Without a KAI Queue (a cluster without KAI), the hub's own count, as before.
+    plain = Q.Team("team-a", use, 0.5).figure(Fraction(3, 7))
+    assert plain["text"] == "Team team-a: 0.14 of 0.50 GPUs in use." and plain["kai"] is None
+    # Not counted yet, KAI's figures still show.
+    assert Q.Team("team-a", None, None, kai=kai).figure(Fraction(1))["text"] == kai.text()

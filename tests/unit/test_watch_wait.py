@@ -46,3 +46,36 @@ def test_wait_change_returns_at_once_for_a_newer_cached_version_and_times_out_ot
         assert cache._waiters == {}
 
     asyncio.run(run())
+
+
+class _Response:
+    def __init__(self, status: int, body: str) -> None:
+        self.status = status
+        self._body = body.encode()
+
+    async def read(self) -> bytes:
+        return self._body
+
+
+def test_a_kind_the_cluster_does_not_serve_is_absent_not_an_error() -> None:
+    """A cluster without KAI answers 404 for Queues: the cache is ready, empty and `absent`
+    (the picker then counts itself), with no error and no fast retry loop."""
+
+    async def run() -> None:
+        calls = []
+
+        async def not_served(**kw: object) -> _Response:
+            calls.append(kw)
+            return _Response(
+                404, '{"kind": "Status", "message": "the server could not find the requested resource"}'
+            )
+
+        cache = Cache("queues.scheduling.run.ai", not_served, lambda: None)
+        task = asyncio.ensure_future(cache.run())
+        await asyncio.wait_for(cache.ready.wait(), 1.0)
+        await asyncio.sleep(0.2)
+        assert cache.absent and cache.objects == {} and cache.error is None
+        assert len(calls) == 1  # looked once; the next look is a minute away
+        task.cancel()
+
+    asyncio.run(run())

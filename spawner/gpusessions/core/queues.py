@@ -41,7 +41,7 @@ from gpusessions.core import reclaim
 from gpusessions.core.availability import Inventory, size_match
 from gpusessions.core.claims import Alternative, GPURequest
 from gpusessions.core.progress import Refused
-from gpusessions.core.sizes import mig_slices
+from gpusessions.core.sizes import mig_slices, quantity
 
 Obj = dict[str, Any]
 EQUIVALENTS_ANNOTATION = "gpusessions.io/gpu-equivalents"
@@ -182,6 +182,76 @@ def team_figure(use: TeamUse, limit: float | None, want: Fraction, own: Fraction
     }
 
 
+# -- KAI's own figures of a queue (its Queue object, scheduling.run.ai/v2) ---------------------
+KAI_GPU_RESOURCE = "nvidia.com/gpu"  # GPUs of device-plugin pods (and fractions of them)
+
+
+def kai_gpus(resources: Mapping[str, Any] | None) -> Fraction:
+    """The GPUs in a Queue status' resource list as KAI counts them: `nvidia.com/gpu`, plus each
+    DRA device class whose name contains "gpu" (KAI's rule: pkg/common/resources/dra.go), which
+    it lists under the class's name. Unreadable quantities count nothing."""
+    total = Fraction(0)
+    for name, value in (resources or {}).items():
+        if name == KAI_GPU_RESOURCE or ("/" not in name and "gpu" in name.lower()):
+            try:
+                total += quantity(value)
+            except ValueError:
+                continue
+    return total
+
+
+@dataclass(frozen=True)
+class KaiQueue:
+    """A team's KAI Queue as KAI keeps it: the GPU `quota` it deserves and its `limit` (from its
+    spec; -1: unlimited) and what its status says is `allocated` (filled by KAI's
+    queuecontroller from the queue's PodGroups; a queue that never held anything has no status,
+    which is 0)."""
+
+    name: str
+    quota: float
+    limit: float
+    allocated: Fraction
+
+    @classmethod
+    def of(cls, obj: Obj) -> KaiQueue:
+        gpu = (((obj.get("spec") or {}).get("resources") or {}).get("gpu")) or {}
+        return cls(
+            obj["metadata"]["name"],
+            float(gpu.get("quota", 0) or 0),
+            float(gpu.get("limit", 0) or 0),
+            kai_gpus((obj.get("status") or {}).get("allocated")),
+        )
+
+    def text(self) -> str:
+        """The picker's team line from KAI's figures: "Team team-a: 1 of 4 GPUs in use (KAI
+        queue: 2 deserved)." KAI counts whole GPUs (a MIG slice of a class named gpu counts 1)."""
+        deserved = "no fixed share" if self.quota < 0 else f"{_num(self.quota)} deserved"
+        if self.limit < 0:
+            return f"Team {self.name}: {_num(self.allocated)} GPUs in use (KAI queue: {deserved}, no limit)."
+        used = f"{_num(self.allocated)} of {_num(self.limit)}"
+        return f"Team {self.name}: {used} GPUs in use (KAI queue: {deserved})."
+
+    def json(self) -> Obj:
+        return {
+            "queue": self.name,
+            "quota": self.quota,
+            "limit": self.limit,
+            "allocated": float(self.allocated),
+        }
+
+
+def with_kai(figure: Obj, kai: KaiQueue | None) -> Obj:
+    """A team figure with KAI's own figures of the queue (`kai`) and its line from them; the
+    hub's GPU-equivalent quota (`kai_gpu_quota`) stays in `used`/`limit`/`note`, said after."""
+    if kai is None:
+        return {**figure, "kai": None}
+    text = kai.text()
+    if figure.get("limit") is not None and figure.get("used") is not None:
+        used, limit = Fraction(figure["used"]), Fraction(figure["limit"])
+        text += f" MIG quota: {_num(used)} of {_num(limit)} GPU-equivalents (1g.10gb counts 1/7)."
+    return {**figure, "text": text, "kai": kai.json()}
+
+
 NO_TEAM: Obj = {
     "name": None,
     "used": None,
@@ -194,6 +264,7 @@ NO_TEAM: Obj = {
         "Ask your admin to add you to a team."
     ),
     "note": "",
+    "kai": None,
 }
 
 
@@ -205,19 +276,24 @@ class Team:
     use: TeamUse | None = None
     limit: float | None = None
     own: Fraction = Fraction(0)  # what the user's own kept claim holds (a restart reuses it)
+    kai: KaiQueue | None = None  # KAI's Queue of this team, where the cluster has one
 
     def figure(self, want: Fraction) -> Obj:
-        """The team's figures for one size (the availability JSON's `queue`)."""
+        """The team's figures for one size (the availability JSON's `queue`): the line from
+        KAI's Queue where there is one, else from the hub's own count."""
         if self.queue is None:
             return dict(NO_TEAM)
         if self.use is None:
-            return {
-                **NO_TEAM,
-                "name": self.queue,
-                "limit": self.limit,
-                "text": f"Team {self.queue}: GPU use unknown right now.",
-            }
-        return team_figure(self.use, self.limit, want, self.own)
+            return with_kai(
+                {
+                    **NO_TEAM,
+                    "name": self.queue,
+                    "limit": self.limit,
+                    "text": f"Team {self.queue}: GPU use unknown right now.",
+                },
+                self.kai,
+            )
+        return with_kai(team_figure(self.use, self.limit, want, self.own), self.kai)
 
 
 @dataclass(frozen=True)
@@ -368,4 +444,4 @@ class QueuePolicy:
             "deletionTimestamp"
         ):
             own = claim_equivalent(mine or {}, inv)
-        return Team(team.queue, use, team.limit, own)
+        return Team(team.queue, use, team.limit, own, team.kai)

@@ -2,14 +2,15 @@
 `GET /hub/api/gpusessions/availability`.
 
 Counting is `core.availability`'s (`Figures`, kept per data version by the view's
-`FiguresCache`); the team's figures are `core.queues.QueuePolicy`'s; this module puts
-them in words and in the JSON."""
+`FiguresCache`); the team's figures are `core.queues.QueuePolicy`'s, with KAI's own figures of
+the team's Queue where the cluster runs KAI (`core.queues.KaiQueue`, from the hub's watch of
+Queues); this module puts them in words and in the JSON."""
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from gpusessions.core import queues as Q
 from gpusessions.core.availability import Derived, Figures, FiguresCache
 from gpusessions.core.claims import GPURequest
 from gpusessions.core.requests import profile_settings, request_from
-from gpusessions.kube.watch import cluster_view
+from gpusessions.kube.watch import cluster_view, kai_queue
 
 Obj = dict[str, Any]
 _ENV = jinja2.Environment(
@@ -183,6 +184,12 @@ async def figures_for(spawner: Any, profile_list: list[Obj]) -> Obj:
     policy = Q.QueuePolicy.of(spawner)
     groups = [g.name for g in getattr(spawner.user, "groups", []) or []]
     team = await policy.team_of(spawner, groups, spawner.log, spawner.user.name)
+    if team is not None and team.queue is not None:
+        # KAI's own figures of the team's queue (its Queue's spec and status), where the cluster
+        # runs KAI; without them the line is the hub's own count.
+        queue = await kai_queue(team.queue)
+        if queue is not None:
+            team = replace(team, kai=Q.KaiQueue.of(queue))
     # From here on nothing awaits: the figures are made from one version of the data.
     derived = view.derived()
     version, computed_from = view.computed_version, view.computed_from

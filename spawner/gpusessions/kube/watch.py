@@ -1,7 +1,8 @@
 """Shared list+watch caches of ResourceSlices, ResourceClaims (all namespaces)
 and DeviceClasses, one set per hub process, and the availability figures
-computed from them; and a watch of the holder pods per namespace (`holder_watch`)
-for the spawner's poll.
+computed from them; a watch of the holder pods per namespace (`holder_watch`)
+for the spawner's poll; and a watch of KAI Scheduler's Queues (`queue_watch`) for
+the picker's team line (none on a cluster without KAI: the kind is not served).
 
 Figures are recomputed when a watched object changed, at most once per
 `min_interval`, by a callback the change schedules on the event loop (not by
@@ -36,6 +37,13 @@ def _key(obj: Obj) -> str:
     return f"{md.get('namespace', '')}/{md['name']}"
 
 
+ABSENT_RECHECK = 60  # seconds between two looks for a kind the apiserver does not serve
+
+
+class NotServed(Exception):
+    """The apiserver does not serve the kind (404 on its list)."""
+
+
 class Cache:
     """One kind, listed then watched; reconnects with back-off and relists after errors."""
 
@@ -47,6 +55,7 @@ class Cache:
         self.version = 0
         self.ready = asyncio.Event()
         self.error: str | None = None
+        self.absent = False  # the apiserver does not serve this kind (404: e.g. no KAI CRDs)
         self._waiters: dict[str, list[asyncio.Event]] = {}
 
     async def run(self) -> None:
@@ -76,6 +85,19 @@ class Cache:
                         self.on_change()
             except asyncio.CancelledError:
                 raise
+            except NotServed:
+                # Not an error of ours: the cluster has no such kind (yet). Look again now and
+                # then, quietly, in case it is installed later.
+                if not self.absent:
+                    log.info(
+                        "%s are not served by this cluster; looking again every %ds",
+                        self.kind,
+                        ABSENT_RECHECK,
+                    )
+                self.absent = True
+                self.objects = {}
+                self.ready.set()
+                await asyncio.sleep(ABSENT_RECHECK)
             except Exception as e:  # the apiserver may restart; keep the last data, say so, retry
                 self.error = f"{type(e).__name__}: {e}"
                 log.warning("watch of %s failed (%s); retrying in %.1fs", self.kind, self.error, delay)
@@ -112,8 +134,11 @@ class Cache:
     async def _list(self) -> str:
         resp = await self.list_method(_preload_content=False)
         body = json.loads(await resp.read())
+        if resp.status == 404:
+            raise NotServed(body.get("message", resp.status))
         if resp.status >= 400:
             raise RuntimeError(body.get("message", resp.status))
+        self.absent = False
         self.objects = {_key(o): o for o in body["items"]}
         self.version += 1
         self.ready.set()
@@ -273,3 +298,36 @@ def holder_watch(namespace: str) -> Cache:
         cache = Cache("pods", lister, lambda: None)
         _holder_watches[key] = (cache, asyncio.ensure_future(cache.run()))
     return _holder_watches[key][0]
+
+
+KAI_QUEUES = ("scheduling.run.ai", "v2", "queues")
+_queue_watches: dict[int, tuple[Cache, asyncio.Future[None]]] = {}
+
+
+def queue_watch() -> Cache:
+    """The hub's shared watch of KAI Scheduler's Queues (cluster-scoped, started on first use):
+    the picker's team line reads KAI's own quota, limit and allocation from them. On a cluster
+    without KAI the watch finds the kind not served (`absent`) and looks again every minute."""
+    loop = asyncio.get_running_loop()
+    key = id(loop)
+    if key not in _queue_watches:
+        load_config()
+        custom = shared_client("CustomObjectsApi")
+        lister = partial(custom.list_cluster_custom_object, *KAI_QUEUES)
+        cache = Cache("queues.scheduling.run.ai", lister, lambda: None)
+        _queue_watches[key] = (cache, asyncio.ensure_future(cache.run()))
+    return _queue_watches[key][0]
+
+
+async def kai_queue(name: str, timeout: float = 2.0) -> Obj | None:
+    """KAI's Queue `name` from the shared watch; None when the cluster has no KAI, the queue does
+    not exist, or the watch has not listed within `timeout` (the picker then counts itself)."""
+    cache = queue_watch()
+    if not cache.ready.is_set() and cache.error is None:
+        try:
+            await asyncio.wait_for(cache.ready.wait(), timeout)
+        except TimeoutError:
+            return None
+    if cache.absent or not cache.ready.is_set():
+        return None
+    return cache.objects.get(f"/{name}")

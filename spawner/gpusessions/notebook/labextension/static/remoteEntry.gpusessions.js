@@ -6,6 +6,10 @@
  * Every `poll_seconds` it asks <base>/gpusessions/warnings (the notebook server relays
  * the hub's answer) and, while the culler warns about this server's GPU, shows a
  * warning that stays until dismissed, with a "Keep my GPU" button.
+ *
+ * When this server is gone (KAI Scheduler took the GPU back and stopped it), the tab cannot
+ * ask its own server any more: `hubNotices` then asks the hub for this server's notices
+ * (the reason it stopped) and shows them.
  */
 (function () {
   'use strict';
@@ -30,7 +34,7 @@
     return fetch(base + 'gpusessions/' + path, {
       method: method,
       credentials: 'same-origin',
-      headers: { 'X-XSRFToken': xsrf(), 'Content-Type': 'application/json' },
+      headers: { 'X-XSRFToken': xsrf(), 'Content-Type': 'application/json', 'Accept': 'application/json' },
       body: method === 'POST' ? '{}' : undefined
     }).then(function (r) {
       return r.json().then(
@@ -57,12 +61,61 @@
     return what + ' will be released ' + when(w.cull_at) + why + '.';
   }
 
+  // The server of this tab is gone: read its notices from the hub itself (the hub's page route
+  // gpusessions/notices, with the hub's login cookie), every 10 s for 10 minutes, then every
+  // minute, and show each new one. Started once; `seen` is shared with the server's own poll.
+  function hubNotices(cfg, seen, show) {
+    if (!cfg.hubPrefix) {
+      return; // not under JupyterHub
+    }
+    var url = cfg.hubPrefix + 'gpusessions/notices?server=' + encodeURIComponent(cfg.hubServerName || '');
+    var began = Date.now();
+    var none = false; // the hub has no such route: not a gpusessions hub, stop asking
+    function look() {
+      fetch(url, { credentials: 'same-origin', headers: { 'Accept': 'application/json' } })
+        .then(function (r) {
+          none = r.status === 404;
+          return r.ok ? r.json() : {};
+        })
+        .then(function (body) {
+          (body.notices || []).forEach(function (n) {
+            if (!seen[n.at]) {
+              seen[n.at] = true;
+              show(n);
+            }
+          });
+        }, function () { /* the hub is away too: look again later */ })
+        .then(function () {
+          if (!none) {
+            setTimeout(look, Date.now() - began < 600000 ? 10000 : 60000);
+          }
+        });
+    }
+    look();
+  }
+
   function start(app) {
     var base = config().baseUrl || '/';
     var shown = null; // {key, id}
     var timer = null;
     var lostSeen = {};
     var noticeSeen = {};
+    var serverGone = false;
+
+    // JupyterLab cuts a notification at 140 characters: a longer notice links to the hub home
+    // page, which shows it whole (JupyterLab's own command under JupyterHub).
+    function showNotice(n) {
+      var more = n.text.length > 140 && app.commands.hasCommand('hub:control-panel') ?
+        [{ label: 'Read it on the hub', commandId: 'hub:control-panel', displayType: 'link' }] : [];
+      notify(n.level === 'info' ? 'info' : 'warning', n.text, more);
+    }
+
+    function gone() {
+      if (!serverGone) {
+        serverGone = true;
+        hubNotices(config(), noticeSeen, showNotice);
+      }
+    }
 
     function notify(type, msg, actions) {
       return app.commands.execute('apputils:notify', {
@@ -102,8 +155,12 @@
       }
       request(base, 'warnings', 'GET').then(function (r) {
         var body = r.body || {};
-        if (!r.ok || body.enabled === false) {
+        if (body.enabled === false) {
           return; // not under gpusessions: stop polling
+        }
+        if (!r.ok || typeof body.enabled !== 'boolean') {
+          gone(); // this server does not answer any more (stopped): ask the hub why
+          return;
         }
         (body.lost_kernels || []).forEach(function (ev) {
           if (lostSeen[ev.at]) {
@@ -118,7 +175,7 @@
             return;
           }
           noticeSeen[n.at] = true;
-          notify(n.level === 'info' ? 'info' : 'warning', n.text, []);
+          showNotice(n);
         });
         var w = (body.warnings || [])[0];
         if (!w) {
@@ -136,6 +193,7 @@
         }
         timer = setTimeout(poll, (body.poll_seconds || 30) * 1000);
       }, function () {
+        gone();
         timer = setTimeout(poll, 60000);
       });
     }
