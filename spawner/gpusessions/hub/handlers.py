@@ -157,9 +157,11 @@ class KeepHandler(APIHandler):
 
 def handlers() -> list[tuple[str, Any]]:
     """Routes under the hub prefix (/hub/)."""
+    from gpusessions.hub import gpustate
     from gpusessions.hub.picker import AvailabilityHandler
 
     return [
+        *gpustate.handlers(),
         (r"/api/gpusessions/availability", AvailabilityHandler),
         (r"/api/gpusessions/users/([^/]+)/warnings", WarningsHandler),
         (r"/api/gpusessions/users/([^/]+)/keep", KeepHandler),
