@@ -408,7 +408,9 @@
       render();
     }
 
-    source = new EventSource(base + 'gpusessions/gpu/events');
+    // An EventSource sends no headers: the xsrf token goes as an argument (JupyterHub checks
+    // it on cookie-authenticated requests that are not page loads).
+    source = new EventSource(base + 'gpusessions/gpu/events?_xsrf=' + encodeURIComponent(xsrf()));
     source.onmessage = function (e) {
       var d;
       try {
