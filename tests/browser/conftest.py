@@ -95,3 +95,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append(("screenshot", f"page {i}: no screenshot ({e})"))
         else:
             report.sections.append(("screenshot", f"saved {ARTIFACTS / f'FAILED-{name}-{i}.png'}"))
+
+
+@pytest.fixture
+def demo_hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
+    """A hub configured as `make demo`'s (hub_config/demo_config.py: its sizes, team queues on
+    KAI, the culler) on this test's namespace and free ports, password "test-password"; the
+    pictures for the docs are taken on it (run on the demo shape by `make screenshots`)."""
+    from localcluster import kai
+    from localcluster.hubproc import start_hub
+    from localcluster.kubeapi import KubeAPI
+    from localcluster.paths import ClusterPaths
+
+    paths = ClusterPaths.default()
+    api = KubeAPI.from_kubeconfig(paths.kubeconfig)
+    for q in kai.demo_queues():
+        api.apply(q)
+    demo_config = str(REPO_ROOT / "hub_config" / "demo_config.py")
+    extra = f"\nexec(compile(open({demo_config!r}).read(), {demo_config!r}, 'exec'))\n"
+    env = {
+        "GPUSESSIONS_DEMO_PASSWORD": "test-password",
+        "GPUSESSIONS_DEMO_NAMESPACE": namespace,
+        "KUBECONFIG": str(paths.kubeconfig),
+    }
+    hub = start_hub(extra, tmp_path / "demo-hub", timeout=90, env_extra=env)
+    yield hub
+    hub.stop()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
-from tests.browser.conftest import login, picture
+from tests.browser.conftest import login, shot
 from tests.integration.conftest import load_file  # noqa: F401  (the simulated NVML's load)
 from tests.integration.hubtools import process_env, spawn
 from tests.integration.kerneltools import execute
@@ -35,7 +35,6 @@ def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
     h.stop()
 
 
-@pytest.mark.screenshot
 def test_jupyterlab_shows_the_gpu_keeps_it_and_releases_it(
     browser: Browser,
     hub: Hub,
@@ -58,7 +57,7 @@ def test_jupyterlab_shows_the_gpu_keeps_it_and_releases_it(
     item = page.locator(".gpusessions-gpu-status")
     expect(item).to_contain_text("MIG 1g.10gb \u00b7 2.1 / 9.8 GiB \u00b7 kept", timeout=60000)
     expect(item).to_contain_text("idle: release at")
-    picture(page, "lab-gpu-status", "#jp-main-statusbar")
+    shot(page, "lab-gpu-1-status")
 
     item.click()
     panel = page.locator("#gpusessions-gpu-panel")
@@ -70,9 +69,9 @@ def test_jupyterlab_shows_the_gpu_keeps_it_and_releases_it(
     expect(panel.locator(".gpusessions-gpu-warning")).to_contain_text("will be released at")
     news = page.locator(".Toastify__toast").filter(has_text="Jupyter news")
     if news.count():  # JupyterLab's own question, not ours: out of the picture
-        news.get_by_role("button", name="No").click()
+        news.get_by_role("button", name="No", exact=True).click()
     page.wait_for_timeout(500)
-    picture(page, "lab-gpu-panel")
+    shot(page, "lab-gpu-2-panel")
 
     # Keep: the culler's warning goes from the claim, a keep-until comes on it.
     panel.get_by_role("button", name="Keep my GPU").click()

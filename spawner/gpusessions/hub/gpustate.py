@@ -75,10 +75,10 @@ class ServerReleaseHandler(ReleaseGPUHandler):
     JupyterHub's `needs_scope` on the default-server route checks the user filter only;
     this checks the server filter too, then does exactly what ReleaseGPUHandler does."""
 
-    async def post(self, user_name: str, server_name: str = "") -> None:  # type: ignore[override]
+    async def post(self, user_name: str, server_name: str = "") -> None:
         server = self.get_argument("server", "")
         _authorize(self, "servers", user_name, server)
-        await ReleaseGPUHandler.post.__wrapped__(self, user_name, server)  # type: ignore[attr-defined]
+        await ReleaseGPUHandler.post.__wrapped__(self, user_name, server)
 
 
 def handlers() -> list[tuple[str, Any]]:

@@ -34,6 +34,12 @@ from tornado.iostream import StreamClosedError
 from gpusessions.notebook.handlers import HubRelay
 
 STREAM_SECONDS = 5.0
+NO_AGENT = (
+    "No GPU readings: they come from the GPU holder, known here only with kept kernels (persist_kernels)."
+)
+NO_AGENT = (
+    "No GPU readings: they come from the GPU holder, known here only with kept kernels (persist_kernels)."
+)
 RELEASE_WAIT = 3.0  # the hub stops this server before it answers: do not wait for that
 
 
@@ -125,9 +131,11 @@ class GPUStatus:
 
     async def _agent(self) -> dict[str, Any]:
         if not self.agent_url:
-            return {"agent_error": "GPU readings need kept kernels (persist_kernels): the holder's agent is unknown."}
+            return {"agent_error": NO_AGENT}
         headers = {"Authorization": f"token {self.agent_token}"} if self.agent_token else {}
-        req = HTTPRequest(self.agent_url + "/api/status", headers=headers, request_timeout=3, connect_timeout=2)
+        req = HTTPRequest(
+            self.agent_url + "/api/status", headers=headers, request_timeout=3, connect_timeout=2
+        )
         try:
             resp = await AsyncHTTPClient().fetch(req)
             return {"status": json.loads(resp.body)}
@@ -204,7 +212,7 @@ class GPUReleaseHandler(APIHandler):
         call = asyncio.ensure_future(relay.call("POST", "gpu/release"))
         try:
             code, body = await asyncio.wait_for(asyncio.shield(call), RELEASE_WAIT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             # The hub is stopping this server first; it goes on without us.
             code, body = 202, {"releasing": True}
         self.set_status(code)
