@@ -98,3 +98,22 @@ def test_jupyterlab_shows_the_gpu_keeps_it_and_releases_it(
     code, model = hub.api("GET", "/users/wes")
     assert model["servers"] == {}, model
     page.close()
+
+
+def test_notebook_7_shows_the_gpu_too(browser: Browser, hub: Hub, api: KubeAPI, namespace: str) -> None:
+    spawn(hub, "xia", {"profile": "mig-1g-10gb"})
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    login(page, hub, "xia")
+    code, _ = nb(hub, "PUT", "/user/xia/api/contents/gpu.ipynb", {"type": "notebook"})
+    assert code == 201, code
+    page.goto(hub.url + "/user/xia/notebooks/gpu.ipynb")
+    item = page.locator(".gpusessions-gpu-status")
+    expect(item).to_contain_text("MIG 1g.10gb \u00b7 0.0 / 9.8 GiB \u00b7 kept", timeout=60000)
+    shot(page, "notebook7-gpu-1-item")
+    item.click()
+    panel = page.locator("#gpusessions-gpu-panel")
+    expect(panel.locator("[data-gpu-field=node]")).to_contain_text(
+        allocated_device(api, namespace, "gpu-xia")[2]
+    )
+    shot(page, "notebook7-gpu-2-panel")
+    page.close()

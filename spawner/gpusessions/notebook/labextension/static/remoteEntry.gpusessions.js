@@ -303,7 +303,8 @@
     'background-image:url("data:image/svg+xml;utf8,<svg xmlns=\'http://www.w3.org/2000/svg\' viewBox=\'0 0 24 24\'>' +
     '<path fill=\'%23616161\' d=\'M4 6h16v12H4z M2 9h2v2H2z M2 13h2v2H2z M20 9h2v2h-2z M20 13h2v2h-2z\'/>' +
     '<path fill=\'white\' d=\'M7 9h10v6H7z\'/></svg>")}' +
-    '.gpusessions-gpu-status{cursor:pointer;padding:0 6px}';
+    '.gpusessions-gpu-status{cursor:pointer;padding:0 6px}' +
+    '.gpusessions-gpu-top{align-self:center;margin-left:auto;font-size:var(--jp-ui-font-size1)}';
 
   function gpuStart(app, statusBar) {
     var cfg = config();
@@ -398,11 +399,15 @@
         panel.title.caption = 'My GPU';
         panel.title.iconClass = 'gpusessions-gpu-icon';
         app.shell.add(panel, 'left', { rank: 1000 });
+        item = new Widget();
+        item.addClass('gpusessions-gpu-status');
+        item.node.onclick = function () { app.shell.activateById(GPU_PANEL); };
         if (statusBar) {
-          item = new Widget();
-          item.addClass('gpusessions-gpu-status');
-          item.node.onclick = function () { app.shell.activateById(GPU_PANEL); };
           statusBar.registerStatusItem(GPU_ITEM, { item: item, align: 'left', rank: 1000 });
+        } else {
+          // Notebook 7 has no status bar: the item goes to the top bar, by the title.
+          item.addClass('gpusessions-gpu-top');
+          app.shell.add(item, 'top', { rank: 900 });
         }
       }
       render();
