@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
@@ -104,11 +105,13 @@ class GPUStatus:
     def enabled(self) -> bool:
         return bool(self.env.get("GPUSESSIONS_CLAIM"))
 
-    async def get(self, paths: dict[str, str]) -> dict[str, Any]:
+    async def get(self, paths: Callable[[], Awaitable[dict[str, str]]]) -> dict[str, Any]:
+        """The reading, refreshed when older than `ttl`; `paths` (kernel id -> notebook) is
+        asked only then: with kernels in the gateway, listing sessions asks the gateway."""
         async with self._lock:
             now = time.monotonic()
             if self._last is None or now - self._last[0] >= self.ttl:
-                self._last = (now, await self.read(paths))
+                self._last = (now, await self.read(await paths()))
             return self._last[1]
 
     async def read(self, paths: dict[str, str]) -> dict[str, Any]:
@@ -179,7 +182,7 @@ class _StatusBase(APIHandler):
 class GPUHandler(_StatusBase):
     @web.authenticated
     async def get(self) -> None:
-        self.finish(json.dumps(await status().get(await self._paths())))
+        self.finish(json.dumps(await status().get(self._paths)))
 
 
 class GPUEventsHandler(_StatusBase):
@@ -192,7 +195,7 @@ class GPUEventsHandler(_StatusBase):
         try:
             self.write(f"retry: {int(st.ttl * 2000)}\n\n")
             while True:
-                data = await st.get(await self._paths())
+                data = await st.get(self._paths)
                 self.write(f"data: {json.dumps(data)}\n\n")
                 await self.flush()
                 if not data.get("enabled"):
