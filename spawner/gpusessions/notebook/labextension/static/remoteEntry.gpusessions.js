@@ -6,6 +6,9 @@
  * Every `poll_seconds` it asks <base>/gpusessions/warnings (the notebook server relays
  * the hub's answer) and, while the culler warns about this server's GPU, shows a
  * warning that stays until dismissed, with a "Keep my GPU" button.
+ *
+ * A second plugin (gpuStart, below) shows the GPU in the status bar and a side panel,
+ * fed by one event stream (<base>/gpusessions/gpu/events); see docs/jupyterlab.md.
  */
 (function () {
   'use strict';
