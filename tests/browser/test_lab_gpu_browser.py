@@ -104,7 +104,10 @@ def test_notebook_7_shows_the_gpu_too(browser: Browser, hub: Hub, api: KubeAPI, 
     spawn(hub, "xia", {"profile": "mig-1g-10gb"})
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     login(page, hub, "xia")
-    code, _ = nb(hub, "PUT", "/user/xia/api/contents/gpu.ipynb", {"type": "notebook"})
+    # With a kernelspec in its metadata, so no "Select Kernel" dialog covers the page.
+    spec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    content = {"cells": [], "metadata": {"kernelspec": spec}, "nbformat": 4, "nbformat_minor": 5}
+    code, _ = nb(hub, "PUT", "/user/xia/api/contents/gpu.ipynb", {"type": "notebook", "content": content})
     assert code == 201, code
     page.goto(hub.url + "/user/xia/notebooks/gpu.ipynb")
     item = page.locator(".gpusessions-gpu-status")
