@@ -42,10 +42,42 @@ def allocated_device(api: KubeAPI, namespace: str, claim: str) -> tuple[str, str
     return r["pool"], r["device"], node
 
 
-def test_the_panel_shows_the_device_and_the_memory_a_kernel_holds(
+def _last_activity(hub: Hub, user: str) -> tuple[str, str]:
+    code, model = hub.api("GET", f"/users/{user}")
+    assert code == 200, model
+    return model["last_activity"], model["servers"][""]["last_activity"]
+
+
+def _stream_is_not_activity(hub: Hub, user: str) -> None:
+    time.sleep(3)  # the spawn's own requests reach the hub's last_activity
+    before = _last_activity(hub, user)
+    req = urllib.request.Request(
+        hub.url + f"/user/{user}/gpusessions/gpu/events", headers={"Authorization": f"token {hub.token}"}
+    )
+    events = []
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        while len(events) < 3:  # three readings, 5 s apart, through the proxy
+            line = r.readline().decode()
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    assert all(e["enabled"] and e["session"]["gpu"] == "MIG 1g.10gb" for e in events)
+    assert events[-1]["at"] - events[0]["at"] >= 9
+    time.sleep(5)  # two of the hub's activity reads
+    assert _last_activity(hub, user) == before, "the GPU panel's stream moved last_activity"
+    # A request JupyterLab makes does count: the check above can fail.
+    code, _ = nb(hub, "GET", f"/user/{user}/api/contents")
+    assert code == 200
+    waits.wait_for(
+        lambda: _last_activity(hub, user)[1] != before[1], 15, "a JupyterLab request to count as activity"
+    )
+
+
+def test_the_panel_reads_the_gpu_and_its_stream_is_not_activity(
     hub: Hub, api: KubeAPI, namespace: str, load_file: Path
 ) -> None:
     spawn(hub, "una", {"profile": "mig-1g-10gb"})
+    _stream_is_not_activity(hub, "una")
     env = process_env(api, namespace, "jupyter-una")
     holder_ip = api.get("Pod", "gpu-holder-una", namespace)["status"]["podIP"]
     assert env["GPUSESSIONS_AGENT_URL"] == f"http://{holder_ip}:{AGENT_PORT}"
@@ -71,35 +103,3 @@ def test_the_panel_shows_the_device_and_the_memory_a_kernel_holds(
     assert 9 * GIB < d["summary"]["memory_total"] < 10 * GIB, d["summary"]
     assert d["state"]["claim"] == "gpu-una" and d["state"]["keep_on_stop"] is True
     assert d["state"]["warning"] is None and "agent_error" not in d
-
-
-def _last_activity(hub: Hub, user: str) -> tuple[str, str]:
-    code, model = hub.api("GET", f"/users/{user}")
-    assert code == 200, model
-    return model["last_activity"], model["servers"][""]["last_activity"]
-
-
-def test_the_event_stream_does_not_count_as_activity(hub: Hub, api: KubeAPI, namespace: str) -> None:
-    spawn(hub, "vic", {"profile": "mig-1g-10gb"})
-    time.sleep(3)  # the spawn's own requests reach the hub's last_activity
-    before = _last_activity(hub, "vic")
-    req = urllib.request.Request(
-        hub.url + "/user/vic/gpusessions/gpu/events", headers={"Authorization": f"token {hub.token}"}
-    )
-    events = []
-    with urllib.request.urlopen(req, timeout=30) as r:
-        assert r.headers["Content-Type"].startswith("text/event-stream")
-        while len(events) < 3:  # three readings, 5 s apart, through the proxy
-            line = r.readline().decode()
-            if line.startswith("data: "):
-                events.append(json.loads(line[6:]))
-    assert all(e["enabled"] and e["session"]["gpu"] == "MIG 1g.10gb" for e in events)
-    assert events[-1]["at"] - events[0]["at"] >= 9
-    time.sleep(5)  # two of the hub's activity reads
-    assert _last_activity(hub, "vic") == before, "the GPU panel's stream moved last_activity"
-    # A request JupyterLab makes does count: the check above can fail.
-    code, _ = nb(hub, "GET", "/user/vic/api/contents")
-    assert code == 200
-    waits.wait_for(
-        lambda: _last_activity(hub, "vic")[1] != before[1], 15, "a JupyterLab request to count as activity"
-    )
