@@ -9,7 +9,7 @@ CACHE := .cache
 SHAPE ?= demo
 export PYTHONPATH := $(CURDIR)/devcluster
 
-.PHONY: gpu-check help venv node-deps browser-deps devcluster-build helm-build cluster cluster-down cluster-status lint unit test fuzz bench demo demo-down clean
+.PHONY: gpu-check help venv node-deps browser-deps devcluster-build helm-build cluster cluster-down cluster-status lint unit test screenshots fuzz bench demo demo-down clean
 
 help:
 	@echo "make demo          start the local simulated GPU cluster and JupyterHub, print the URL"
@@ -18,6 +18,7 @@ help:
 	@echo "make cluster SHAPE=<name>   start only the local cluster (shapes: devcluster/shapes/)"
 	@echo "make cluster-down  stop the local cluster"
 	@echo "make fuzz SEED=<n> OPS=<n>   the lifecycle fuzzer alone (tests/fuzz/lifecycle.py)"
+	@echo "make screenshots   retake the README's pictures (docs/images/) with the browser tests"
 	@echo "make gpu-check     the GPU agent on this machine's real NVML (needs an NVIDIA GPU)"
 	@echo "make bench         every benchmark (tests/bench/bench_*.py); writes docs/benchmarks.json"
 
@@ -92,6 +93,14 @@ test: venv node-deps browser-deps devcluster-build helm-build lint
 	@set +e; $(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "gpusessions: no tests were collected: that is a failure" >&2; exit 1; fi; \
 	exit $$rc
+
+# The README's pictures: the browser tests marked `screenshot` write docs/images/*.png, on a
+# hub configured as the demo's (random ports, a namespace of their own) and a demo-shaped local
+# cluster (DEVCLUSTER_PORT_BASE's: a running demo's cluster is reused, its hub left alone; a
+# cluster of another shape there must be stopped first: make cluster-down).
+screenshots: venv node-deps browser-deps devcluster-build
+	@DEVCLUSTER_TEST_SHAPE=demo GPUSESSIONS_PICTURES=$(CURDIR)/docs/images \
+		$(BIN)/python -m pytest tests/browser -m screenshot -q
 
 # The agent on this machine's real NVML (read-only); one line and exit 1 without an NVIDIA GPU.
 gpu-check: venv

@@ -48,6 +48,27 @@ def shot(page: Page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
+# `make screenshots` sets this to docs/images: tests marked `screenshot` then save their
+# pictures for the docs there (otherwise into test-artifacts/ like any other shot).
+PICTURES_ENV = "GPUSESSIONS_PICTURES"
+PICTURE_MAX_BYTES = 200_000
+
+
+def picture(page: Page, name: str, selector: str | None = None) -> Path:
+    """A picture for the docs: docs/images/<name>.png under `make screenshots` (the viewport,
+    or the element `selector`), kept under PICTURE_MAX_BYTES; else a test artifact."""
+    import os
+
+    folder = Path(os.environ.get(PICTURES_ENV) or ARTIFACTS)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    target = page.locator(selector).first if selector else page
+    target.screenshot(path=str(path), animations="disabled")
+    size = path.stat().st_size
+    assert size <= PICTURE_MAX_BYTES, f"{path} is {size} bytes: make the viewport or the element smaller"
+    return path
+
+
 def login(page: Page, hub: Hub, user: str) -> None:
     page.goto(hub.url + "/hub/login")
     page.get_by_label("Username").fill(user)
@@ -74,3 +95,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append(("screenshot", f"page {i}: no screenshot ({e})"))
         else:
             report.sections.append(("screenshot", f"saved {ARTIFACTS / f'FAILED-{name}-{i}.png'}"))
+
+
+@pytest.fixture
+def demo_hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
+    """A hub configured as `make demo`'s (hub_config/demo_config.py: its sizes, team queues on
+    KAI, the culler) on this test's namespace and free ports, password "test-password"; the
+    pictures for the docs are taken on it (run on the demo shape by `make screenshots`)."""
+    from localcluster import kai
+    from localcluster.hubproc import start_hub
+    from localcluster.kubeapi import KubeAPI
+    from localcluster.paths import ClusterPaths
+
+    paths = ClusterPaths.default()
+    api = KubeAPI.from_kubeconfig(paths.kubeconfig)
+    for q in kai.demo_queues():
+        api.apply(q)
+    demo_config = str(REPO_ROOT / "hub_config" / "demo_config.py")
+    extra = f"\nexec(compile(open({demo_config!r}).read(), {demo_config!r}, 'exec'))\n"
+    env = {
+        "GPUSESSIONS_DEMO_PASSWORD": "test-password",
+        "GPUSESSIONS_DEMO_NAMESPACE": namespace,
+        "KUBECONFIG": str(paths.kubeconfig),
+    }
+    hub = start_hub(extra, tmp_path / "demo-hub", timeout=90, env_extra=env)
+    yield hub
+    hub.stop()

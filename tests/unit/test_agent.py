@@ -209,3 +209,15 @@ def test_gpu_check_without_a_gpu_is_one_line_and_fails(tmp_path: Path) -> None:
     fakenvml.configure(str(tmp_path / "missing.json"))  # as NVML on a machine without the driver
     rc, lines = gpucheck.check(fakenvml, None, 0)
     assert rc == 1 and len(lines) == 1 and lines[0].startswith("gpu-check: no NVIDIA GPU here")
+
+
+class AgentSessionTokenTest(AsyncHTTPTestCase):
+    """The session's own gateway token (its notebook has it) reads this agent too."""
+
+    def get_app(self) -> Any:
+        self.state = AgentState(load_nvml=lambda: fakenvml, visible=None, busy_threshold=5)
+        return make_app(self.state, token="s3cret", session_token="mine")
+
+    def test_the_culler_token_and_the_session_token_read_it_no_other(self) -> None:
+        for tok, code in (("s3cret", 200), ("mine", 200), ("other", 401), ("", 401)):
+            assert self.fetch("/api/status", headers={"Authorization": f"token {tok}"}).code == code, tok

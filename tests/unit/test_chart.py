@@ -361,7 +361,8 @@ def test_z2jh_values_fit_the_chart(tmp_path: Path) -> None:
     assert z2jh["scheduling"]["userScheduler"]["enabled"] is False
     (egress,) = z2jh["singleuser"]["networkPolicy"]["egress"]
     assert egress["to"][0]["podSelector"]["matchLabels"] == {MANAGED_BY: MANAGER, COMPONENT: "holder"}
-    assert egress["ports"] == [{"port": KERNEL_PORT, "protocol": "TCP"}]
+    # the kernel gateway, and the GPU agent for the GPU panel in JupyterLab
+    assert egress["ports"] == [{"port": p, "protocol": "TCP"} for p in (KERNEL_PORT, AGENT_PORT)]
     assert defaults["hub"]["serviceAccountName"] == "hub"  # z2jh's default name
     assert AGENT_PORT != KERNEL_PORT
 

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     token = env("GPUSESSIONS_AGENT_TOKEN") or None
 
     async def run() -> None:
-        app = make_app(state, token)
+        app = make_app(state, token, env("GPUSESSIONS_KERNELS_TOKEN") or None)
         app.listen(args.port, address=args.ip)
         start_sampling(state, args.interval)
         logging.getLogger("gpusessions.agent").info(

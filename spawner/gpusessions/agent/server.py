@@ -149,16 +149,22 @@ def prometheus(state: AgentState) -> str:
 
 
 class _Base(web.RequestHandler):
-    def initialize(self, state: AgentState, token: str | None) -> None:
+    def initialize(self, state: AgentState, token: str | None, session_token: str | None = None) -> None:
         self.state = state
         self.token = token
+        # The session's own kernel-gateway token (a Secret owned by the claim, also given to
+        # its notebook pod) reads this one agent: the notebook's GPU panel uses it.
+        self.session_token = session_token
 
     def prepare(self) -> None:
         if not self.token:
             return
         auth = self.request.headers.get("Authorization", "")
         scheme, _, given = auth.partition(" ")
-        if scheme.lower() not in ("bearer", "token") or not hmac.compare_digest(given.strip(), self.token):
+        allowed = [t for t in (self.token, self.session_token) if t]
+        if scheme.lower() not in ("bearer", "token") or not any(
+            hmac.compare_digest(given.strip().encode(), t.encode()) for t in allowed
+        ):
             raise web.HTTPError(401, "missing or wrong agent token")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
@@ -183,8 +189,8 @@ class HealthHandler(web.RequestHandler):
         self.write("ok")
 
 
-def make_app(state: AgentState, token: str | None) -> web.Application:
-    kw = {"state": state, "token": token}
+def make_app(state: AgentState, token: str | None, session_token: str | None = None) -> web.Application:
+    kw = {"state": state, "token": token, "session_token": session_token}
     return web.Application(
         [
             (r"/api/status", StatusHandler, kw),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpusessions.core import labels as L
 
@@ -223,10 +224,20 @@ def kernels_restarts(holder: Obj) -> int:
     return 0
 
 
-def notebook_env(url: str, secret: str) -> list[Obj]:
-    """What the notebook container needs to use the gateway (jupyter_server's GatewayClient)."""
+def agent_url(gateway: str, agent_port: int) -> str:
+    """The holder's GPU agent: the gateway's host, the agent's port."""
+    parts = urlsplit(gateway)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}:{agent_port}"
+
+
+def notebook_env(url: str, secret: str, agent_port: int = 9400) -> list[Obj]:
+    """What the notebook container needs to use the gateway (jupyter_server's GatewayClient),
+    and where its GPU panel reads the holder's agent (with the same session token)."""
     return [
         {"name": "JUPYTER_GATEWAY_URL", "value": url},
         token_env("JUPYTER_GATEWAY_AUTH_TOKEN", secret),
         {"name": "GPUSESSIONS_PERSIST_KERNELS", "value": "1"},
+        {"name": "GPUSESSIONS_AGENT_URL", "value": agent_url(url, agent_port)},
     ]

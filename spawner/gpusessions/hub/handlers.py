@@ -157,10 +157,12 @@ class KeepHandler(APIHandler):
 
 def handlers() -> list[tuple[str, Any]]:
     """Routes under the hub prefix (/hub/)."""
+    from gpusessions.hub import gpustate
     from gpusessions.hub.noticepage import NoticesPage
     from gpusessions.hub.picker import AvailabilityHandler
 
     return [
+        *gpustate.handlers(),
         (r"/gpusessions/notices", NoticesPage),
         (r"/api/gpusessions/availability", AvailabilityHandler),
         (r"/api/gpusessions/users/([^/]+)/warnings", WarningsHandler),

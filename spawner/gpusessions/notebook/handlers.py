@@ -108,11 +108,14 @@ class KeepHandler(APIHandler):
 
 
 def setup_handlers(web_app: Any) -> None:
+    from gpusessions.notebook import gpustatus
+
     base = web_app.settings["base_url"]
     web_app.add_handlers(
         ".*$",
         [
             (url_path_join(base, "gpusessions", "warnings"), WarningsHandler),
             (url_path_join(base, "gpusessions", "keep"), KeepHandler),
+            *gpustatus.handlers(base),
         ],
     )

@@ -1,0 +1,88 @@
+"""Hub endpoints the notebook's GPU panel reads and acts on, with the server's own token.
+
+    GET  /hub/api/gpusessions/users/<user>/gpu?server=<name>          this server's GPU state
+    POST /hub/api/gpusessions/users/<user>/gpu/release?server=<name>  "Release my GPU"
+
+The state is read from the hub's shared watch of claims (no API call): the claim, whether
+it is kept across stops, the culler's warning (warned, when, why) and a "keep" in force,
+plus the hub's notices for that server. A notebook server's token (scopes narrowed to
+that one server, see GPUSessionSpawner.server_token_scopes) is enough for both; so is
+the user's own token or an admin's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from jupyterhub.apihandlers.base import APIHandler
+
+from gpusessions.core import labels as L
+from gpusessions.hub.handlers import ReleaseGPUHandler, _authorize, _my_claims, _user_and_spawner
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def claim_state(claim: dict[str, Any] | None, now: float | None = None) -> dict[str, Any]:
+    """What the culler wrote on the claim, as the panel shows it."""
+    if claim is None:
+        return {"claim": None}
+    now = time.time() if now is None else now
+    ann = claim["metadata"].get("annotations") or {}
+    keep_until = _float(ann.get(L.KEEP_UNTIL))
+    warned = bool(ann.get(L.WARNED_AT)) and not (keep_until and keep_until > now)
+    return {
+        "claim": claim["metadata"]["name"],
+        "profile": ann.get(L.PROFILE_ANNOTATION, ""),
+        "allocated": bool(((claim.get("status") or {}).get("allocation") or {}).get("devices")),
+        "kept_until": keep_until if keep_until and keep_until > now else None,
+        "warning": (
+            {"cull_at": _float(ann.get(L.CULL_AT)), "reason": ann.get(L.CULL_REASON, "")} if warned else None
+        ),
+    }
+
+
+class GPUStateHandler(APIHandler):
+    async def get(self, user_name: str) -> None:
+        from gpusessions.hub import notices
+        from gpusessions.kube.watch import cluster_view
+
+        server = self.get_argument("server", "")
+        _authorize(self, "read:servers", user_name, server)
+        _, spawner = _user_and_spawner(self, user_name, server)
+        await cluster_view().wait_ready(timeout=5)
+        mine = [
+            c
+            for c in _my_claims(user_name)
+            if (c["metadata"].get("annotations") or {}).get(L.SERVER_ANNOTATION, "") == server
+        ]
+        out = claim_state(mine[0] if mine else None)
+        out["keep_on_stop"] = bool(getattr(spawner, "keep_gpu_on_stop", False))
+        out["notices"] = notices.for_user(user_name, server)
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps(out))
+
+
+class ServerReleaseHandler(ReleaseGPUHandler):
+    """The release of one server's GPU, allowed with that server's own token.
+
+    JupyterHub's `needs_scope` on the default-server route checks the user filter only;
+    this checks the server filter too, then does exactly what ReleaseGPUHandler does."""
+
+    async def post(self, user_name: str, server_name: str = "") -> None:
+        server = self.get_argument("server", "")
+        _authorize(self, "servers", user_name, server)
+        await ReleaseGPUHandler.post.__wrapped__(self, user_name, server)
+
+
+def handlers() -> list[tuple[str, Any]]:
+    return [
+        (r"/api/gpusessions/users/([^/]+)/gpu", GPUStateHandler),
+        (r"/api/gpusessions/users/([^/]+)/gpu/release", ServerReleaseHandler),
+    ]

@@ -1,0 +1,68 @@
+"""The GPU panel's pure parts: the claim's culler state, the agent's reading, the agent's URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpusessions.core import kernels as K
+from gpusessions.hub.gpustate import claim_state
+from gpusessions.notebook.gpustatus import kernels_from_agent, session_from_env, summary
+
+GIB = 2**30
+
+
+def _claim(ann: dict[str, str], allocated: bool = True) -> dict[str, Any]:
+    status = {"allocation": {"devices": {"results": [{"device": "d"}]}}} if allocated else {}
+    return {"metadata": {"name": "gpu-ann", "annotations": ann}, "status": status}
+
+
+def test_claim_state_reads_the_warning_and_a_keep_in_force() -> None:
+    assert claim_state(None) == {"claim": None}
+    warned = _claim(
+        {
+            "gpusessions.io/profile": "mig-1g-10gb",
+            "gpusessions.io/warned-at": "100",
+            "gpusessions.io/cull-at": "700",
+            "gpusessions.io/cull-reason": "idle",
+        }
+    )
+    assert claim_state(warned, now=200) == {
+        "claim": "gpu-ann",
+        "profile": "mig-1g-10gb",
+        "allocated": True,
+        "kept_until": None,
+        "warning": {"cull_at": 700.0, "reason": "idle"},
+    }
+    kept = _claim({"gpusessions.io/keep-until": "900", "gpusessions.io/warned-at": "100"})
+    assert claim_state(kept, now=200)["kept_until"] == 900.0 and claim_state(kept, now=200)["warning"] is None
+    # An expired keep is no keep; a bad number is ignored.
+    assert claim_state(kept, now=1000)["kept_until"] is None
+    assert claim_state(_claim({"gpusessions.io/keep-until": "soon"}), now=0)["kept_until"] is None
+    assert claim_state(_claim({}, allocated=False))["allocated"] is False
+
+
+def test_the_panel_sums_the_devices_and_names_each_kernels_notebook() -> None:
+    out = {
+        "devices": [
+            {"memory_used": 2 * GIB, "memory_total": 10 * GIB, "activity": None},
+            {"memory_used": GIB, "memory_total": 10 * GIB, "activity": 40.0},
+        ]
+    }
+    assert summary(out) == {"memory_used": 3 * GIB, "memory_total": 20 * GIB, "utilization": 40.0}
+    assert summary({}) == {"memory_used": None, "memory_total": None, "utilization": None}
+    status = {"kernels": [{"id": "k1", "name": "python3", "execution_state": "idle", "gpu_memory": GIB}]}
+    assert kernels_from_agent(status, {"k1": "train.ipynb"}) == [
+        {"id": "k1", "name": "python3", "path": "train.ipynb", "execution_state": "idle", "gpu_memory": GIB}
+    ]
+    assert kernels_from_agent({"kernels": None}, {}) is None
+    env = {"GPUSESSIONS_GPU": "MIG 1g.10gb", "GPUSESSIONS_DEVICES": "n/a,n/b", "GPUSESSIONS_NODE": "n"}
+    s = session_from_env(env)
+    assert (s["gpu"], s["node"], s["devices"]) == ("MIG 1g.10gb", "n", ["n/a", "n/b"])
+    assert session_from_env({})["devices"] == []
+
+
+def test_the_agent_is_at_the_gateway_host() -> None:
+    assert K.agent_url("http://127.1.0.9:8888", 9400) == "http://127.1.0.9:9400"
+    assert K.agent_url("http://[fd00::5]:8888", 9400) == "http://[fd00::5]:9400"
+    env = {e["name"]: e for e in K.notebook_env("http://10.0.0.4:8888", "sec", 9400)}
+    assert env["GPUSESSIONS_AGENT_URL"]["value"] == "http://10.0.0.4:9400"
