@@ -61,8 +61,10 @@ class GPU:
     key: tuple[str, str]  # (pool, counter set / uuid)
     product: str
     mode: str  # whole | static | dynamic
-    devices: list[tuple[str, Obj]] = field(default_factory=list)  # (device name, device)
+    devices: list[tuple[str, int]] = field(default_factory=list)  # (device name, sevenths)
     bus: str = ""
+    label: str = ""
+    free: list[Any] = field(default_factory=list)  # the GPU's entry on the map while nothing is held
 
 
 @dataclass
@@ -95,7 +97,7 @@ def _gpu_key(pool: str, device: Obj) -> tuple[tuple[str, str], str] | None:
     return (pool, "uuid:" + (_attr(device, "uuid") or device["name"])), "whole"
 
 
-def _pool_of(node: Obj | None) -> str | None:
+def pool_of(node: Obj | None) -> str | None:
     labels = ((node or {}).get("metadata") or {}).get("labels") or {}
     for key in POOL_LABELS:
         if labels.get(key):
@@ -133,7 +135,7 @@ def layout(slices: Iterable[Obj], nodes: Mapping[str, Obj] | None = None, driver
             if mode == "dynamic" and _attr(d, "type") == "mig" and g.mode != "dynamic":
                 g.mode = "dynamic"
             g.bus = g.bus or _attr(d, "resource.kubernetes.io/pciBusID") or ""
-            g.devices.append((d["name"], d))
+            g.devices.append((d["name"], sevenths(d)))
     out: list[Node] = []
     groups: list[str] = []
     where: dict[tuple[str, str], tuple[int, int]] = {}
@@ -143,11 +145,14 @@ def layout(slices: Iterable[Obj], nodes: Mapping[str, Obj] | None = None, driver
         gpus = sorted(per_node[name].values(), key=lambda g: (g.bus, g.key))
         if not gpus:
             continue
-        group = _pool_of(node_objs.get(name)) or _shape_name(gpus)
+        group = pool_of(node_objs.get(name)) or _shape_name(gpus)
         if group not in groups:
             groups.append(group)
         ni = len(out)
         for gi, g in enumerate(gpus):
+            g.label = f"GPU {gi}"
+            cells = [["", 0, 7, -1]] if g.mode == "dynamic" else [[n, 0, k, -1] for n, k in g.devices]
+            g.free = [g.label, g.product, g.mode, cells]
             for dname, _ in g.devices:
                 where[(g.key[0], dname)] = (ni, gi)
         out.append(Node(name, group, gpus))
@@ -185,43 +190,41 @@ def fleet(lay: Layout, sessions: list[Session], idle_gpu_hours_today: float | No
     eq = dict.fromkeys(STATES, 0)  # in sevenths
     devs = dict.fromkeys(STATES, 0)
     gpus_by_state = dict.fromkeys(STATES, 0)
+    touched = {lay.where[k] for k in held if k in lay.where}
     group_index = {g: i for i, g in enumerate(lay.groups)}
     nodes_out = []
-    for node in lay.nodes:
+    for ni, node in enumerate(lay.nodes):
         gpus_out = []
         for gi, g in enumerate(node.gpus):
+            if (ni, gi) not in touched:  # nothing held: the cells the layout made once
+                gpus_out.append(g.free)
+                eq[FREE] += 7 if g.mode == "dynamic" else sum(n for _, n in g.devices)
+                devs[FREE] += 0 if g.mode == "dynamic" else len(g.devices)
+                gpus_by_state[FREE] += 1
+                continue
             cells: list[list[Any]] = []
             used = 0
-            states_here: set[str] = set()
-            for dname, d in g.devices:
-                h = held.get((g.key[0], dname))
+            by_size: dict[str, int] = {}
+            pool = g.key[0]
+            for dname, n in g.devices:
+                h = held.get((pool, dname))
                 if h is None:
                     if g.mode != "dynamic":
-                        cells.append([dname, 0, sevenths(d), -1])
-                        eq[FREE] += sevenths(d)
+                        cells.append([dname, 0, n, -1])
+                        eq[FREE] += n
                         devs[FREE] += 1
-                        states_here.add(FREE)
                     continue
-                n = sevenths(d)
                 used += n
                 cells.append([dname, _INDEX[h[1]], n, h[0]])
                 eq[h[1]] += n
                 devs[h[1]] += 1
-                states_here.add(h[1])
+                by_size[h[1]] = by_size.get(h[1], 0) + n
             if g.mode == "dynamic" and used < 7:
                 cells.append(["", 0, 7 - used, -1])
                 eq[FREE] += 7 - used
-                states_here.add(FREE)
             # A GPU counts once, by the state of most of it: free only when nothing is held.
-            if states_here == {FREE} or not states_here:
-                gpus_by_state[FREE] += 1
-            else:
-                by_size: dict[str, int] = {}
-                for c in cells:
-                    if c[1]:
-                        by_size[STATES[c[1]]] = by_size.get(STATES[c[1]], 0) + c[2]
-                gpus_by_state[max(by_size, key=lambda k: (by_size[k], -_INDEX[k]))] += 1
-            gpus_out.append([f"GPU {gi}", g.product, g.mode, cells])
+            gpus_by_state[max(by_size, key=lambda k: (by_size[k], -_INDEX[k]))] += 1
+            gpus_out.append([g.label, g.product, g.mode, cells])
         nodes_out.append([node.name, group_index[node.group], gpus_out])
     totals = {
         "gpus": lay.gpus,

@@ -80,11 +80,13 @@ COLUMNS = [
 def hub_page_vars(user: Obj, hub_prefix: str, service_prefix: str) -> Obj:
     """What JupyterHub's page.html reads, for a page served by this service."""
     name = str(user.get("name", ""))
+    # page.html puts this inside a <script> string unescaped: no "<", ">" or "&" may reach it.
+    js_name = json.dumps(name)[1:-1].replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return {
         "base_url": hub_prefix,
         "prefix": hub_prefix,
         "static_url": lambda path, include_version=True: url_path_join(hub_prefix, "static", path),
-        "user": {"name": name, "json_escaped_name": json.dumps(name)[1:-1]},
+        "user": {"name": name, "json_escaped_name": js_name},
         "admin_access": bool(user.get("admin")),
         "parsed_scopes": {"admin-ui"} if user.get("admin") else set(),
         "services": [{"name": "GPU sessions", "href": service_prefix}],
@@ -116,7 +118,14 @@ class PageDataHandler(_Admin):
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
-        self.write(self.settings["page_data"].body())
+        self.set_header("Vary", "Accept-Encoding")
+        page_data = self.settings["page_data"]
+        if "gzip" in self.request.headers.get("Accept-Encoding", ""):
+            # Gzipped once per document, not per request (tornado leaves an encoded body alone).
+            self.set_header("Content-Encoding", "gzip")
+            self.write(page_data.gzipped())
+        else:
+            self.write(page_data.body())
 
 
 class SessionsHandler(_Admin):
