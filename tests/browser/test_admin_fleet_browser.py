@@ -76,7 +76,9 @@ def totals(page: Page) -> dict[str, float]:
 
 
 def expect_cell(page: Page, device: str, state: str) -> None:
-    expect(page.locator(f".gs-cell[data-device='{device}']")).to_have_attribute("data-state", state, timeout=30000)
+    expect(page.locator(f".gs-cell[data-device='{device}']")).to_have_attribute(
+        "data-state", state, timeout=30000
+    )
 
 
 def expect_totals(page: Page, want: dict[str, float]) -> None:
@@ -87,7 +89,9 @@ def expect_totals(page: Page, want: dict[str, float]) -> None:
             return False
         return all(abs(got[k] - v) < 0.011 for k, v in want.items())
 
-    waits.wait_for(same, 30, f"the page's totals to be {want}", explain=lambda: f"the page shows {totals(page)}")
+    waits.wait_for(
+        same, 30, f"the page's totals to be {want}", explain=lambda: f"the page shows {totals(page)}"
+    )
 
 
 def test_fleet_map_and_totals_follow_the_cluster(
@@ -95,7 +99,9 @@ def test_fleet_map_and_totals_follow_the_cluster(
 ) -> None:
     devices = gpu_devices(api)
     all_eq = sum(sevenths(d) for d in devices.values()) / 7
-    parents = {d["attributes"]["parentUUID"]["string"] for d in devices.values() if "parentUUID" in d["attributes"]}
+    parents = {
+        d["attributes"]["parentUUID"]["string"] for d in devices.values() if "parentUUID" in d["attributes"]
+    }
     wholes = [d for d in devices.values() if d["attributes"]["type"]["string"] == "gpu"]
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     login(page, hub, "admin")
@@ -118,7 +124,9 @@ def test_fleet_map_and_totals_follow_the_cluster(
     expect_cell(page, ann_dev, "busy")
     expect_cell(page, ben_dev, "idle")
     one = sevenths(devices[ann_dev]) / 7
-    expect_totals(page, {"busy": one, "idle": sevenths(devices[ben_dev]) / 7, "kept": 0, "free": all_eq - 2 * one})
+    expect_totals(
+        page, {"busy": one, "idle": sevenths(devices[ben_dev]) / 7, "kept": 0, "free": all_eq - 2 * one}
+    )
     expect(page.locator(".gs-cell[data-state='free']")).to_have_count(len(devices) - len(now_held))
     # The holder on hover, and a click through to the session's row.
     cell = page.locator(f".gs-cell[data-device='{ann_dev}']")
@@ -137,10 +145,14 @@ def test_fleet_map_and_totals_follow_the_cluster(
     # The admin releases it from the table: the cell is free again, as the API says.
     page.once("dialog", lambda d: d.accept())
     page.locator("tr[data-claim='gpu-ben']").get_by_role("button", name="Release the GPU of ben").click()
-    waits.wait_for(lambda: api.get_or_none("ResourceClaim", "gpu-ben", namespace) is None, 30, "ben's claim to go")
+    waits.wait_for(
+        lambda: api.get_or_none("ResourceClaim", "gpu-ben", namespace) is None, 30, "ben's claim to go"
+    )
     expect_cell(page, ben_dev, "free")
     expect_totals(page, {"kept": 0, "busy": one, "free": all_eq - one})
-    expect(page.locator(".gs-cell[data-state='free']")).to_have_count(len(devices) - len(held(api, namespace)))
+    expect(page.locator(".gs-cell[data-state='free']")).to_have_count(
+        len(devices) - len(held(api, namespace))
+    )
 
     # The filter keeps the nodes with a busy GPU; the dark theme is the hub's.
     page.select_option("#gs-fleet-state", "busy")

@@ -318,7 +318,10 @@ def test_rbac_is_narrow(tmp_path: Path) -> None:
         assert set(rule["resources"]) <= {"resourceslices", "resourceclaims", "deviceclasses"}
     for rule in _rules(objs, "ClusterRole", "culler"):
         # Nodes (a session whose node is gone), ResourceSlices (the admin page's fleet map).
-        assert rule["resources"] in (["nodes"], ["resourceslices"]) and set(rule["verbs"]) == {"list", "watch"}
+        assert rule["resources"] in (["nodes"], ["resourceslices"]) and set(rule["verbs"]) == {
+            "list",
+            "watch",
+        }
     # No kernels: no secrets or NetworkPolicies for the hub.
     no_kernels = template(tmp_path, VALUE_SETS["no-kernels"])
     resources = {r for rule in _rules(no_kernels, "Role", "hub") for r in rule["resources"]}

@@ -15,7 +15,7 @@ from gpusessions.culler.history import History
 from gpusessions.culler.model import Session
 from gpusessions.culler.pagedata import PageData
 from gpusessions.culler.policy import Policy, Rules
-from gpusessions.culler.web import COLUMNS, _TEMPLATES, hub_page_vars
+from gpusessions.culler.web import _TEMPLATES, COLUMNS, hub_page_vars
 from localcluster.paths import SHAPES_DIR
 from localcluster.shapes import build_slices, load_shape
 
@@ -95,8 +95,7 @@ def test_a_partitionable_gpu_shows_what_is_held_and_the_rest_free() -> None:
     three = next(
         d["name"]
         for _, d in _gpu_devices(slices)
-        if (d["attributes"].get("profile") or {}).get("string") == "3g.40gb"
-        and d["name"].startswith("gpu-0")
+        if (d["attributes"].get("profile") or {}).get("string") == "3g.40gb" and d["name"].startswith("gpu-0")
     )
     doc = fleet(lay, [_session("gpu-ann", f"gpu-node-d/{three}", running=True, gpu=[{"busy": True}])])
     gpu0 = next(g for g in doc["nodes"][0][2] if any(c[0] == three for c in g[3]))
@@ -181,7 +180,7 @@ def test_page_document_and_its_cache() -> None:
 
 
 def test_page_says_why_the_fleet_is_missing() -> None:
-    culler = _Culler(_Cluster([], error='ApiException: (403) resourceslices is forbidden'), [])
+    culler = _Culler(_Cluster([], error="ApiException: (403) resourceslices is forbidden"), [])
     doc = PageData(culler).build()
     assert doc["fleet"] is None
     assert "list and watch on resourceslices" in doc["fleet_error"] and "403" in doc["fleet_error"]
@@ -209,3 +208,13 @@ def test_page_extends_jupyterhubs_page() -> None:
     assert "ad&lt;min" in html and "ad<min" not in html
     for section in ("gs-totals", "gs-fleet", "gs-charts", 'id="sessions"', "Dry run"):
         assert section in html, section
+
+
+def test_columns_keep_every_value_of_every_row() -> None:
+    from gpusessions.culler.pagedata import columns
+
+    same = [{"a": 1, "b": 2, "c": 3}, {"a": 4, "b": 5, "c": 6}]
+    assert columns(same, ("c",)) == {"columns": ["a", "b"], "rows": [[1, 2], [4, 5]]}
+    mixed = [{"a": 1}, {"a": 2, "z": 9}]
+    assert columns(mixed) == {"columns": ["a", "z"], "rows": [[1, None], [2, 9]]}
+    assert columns([]) == {"columns": [], "rows": []}

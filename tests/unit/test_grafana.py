@@ -12,10 +12,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import jupyterhub.metrics  # noqa: F401  (registers the hub's own metrics, as the hub does)
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import jupyterhub.metrics  # noqa: F401  (registers the hub's own metrics, as the hub does)
 from gpusessions.culler.cycle import Culler
 from gpusessions.culler.history import History
 from gpusessions.culler.model import Session
@@ -23,9 +23,27 @@ from gpusessions.hub import metrics as hub_metrics
 from helmtools import CHART, by_kind, template
 
 DASHBOARD = CHART / "dashboards" / "gpusessions.json"
-SUFFIXES = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "summary": ["_sum", "_count", ""]}
+SUFFIXES = {
+    "counter": ["_total"],
+    "histogram": ["_bucket", "_sum", "_count"],
+    "summary": ["_sum", "_count", ""],
+}
 # PromQL words that look like names.
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "and", "or", "unless", "inf", "nan"}
+KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "and",
+    "or",
+    "unless",
+    "inf",
+    "nan",
+}
 
 
 def sample_names(text: str) -> set[str]:
@@ -123,7 +141,9 @@ def test_the_check_catches_a_misspelt_metric() -> None:
 
 def test_the_dashboard_configmap_is_off_by_default_and_labelled_for_the_sidecar(tmp_path: Path) -> None:
     assert not [o for o in by_kind(template(tmp_path), "ConfigMap") if "grafana" in o["metadata"]["name"]]
-    objs = template(tmp_path, {"grafana": {"dashboard": {"enabled": True, "annotations": {"grafana_folder": "GPU"}}}})
+    objs = template(
+        tmp_path, {"grafana": {"dashboard": {"enabled": True, "annotations": {"grafana_folder": "GPU"}}}}
+    )
     (cm,) = [o for o in by_kind(objs, "ConfigMap") if "grafana" in o["metadata"]["name"]]
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["annotations"] == {"grafana_folder": "GPU"}

@@ -65,6 +65,7 @@ class GPU:
     bus: str = ""
     label: str = ""
     free: list[Any] = field(default_factory=list)  # the GPU's entry on the map while nothing is held
+    free_json: str = ""  # the same, serialized once (pagedata.nodes_json)
 
 
 @dataclass
@@ -113,7 +114,9 @@ def _shape_name(gpus: list[GPU]) -> str:
     return ", ".join(f"{n} x {p or 'GPU'}{words[m]}" for (p, m), n in sorted(counts.items()))
 
 
-def layout(slices: Iterable[Obj], nodes: Mapping[str, Obj] | None = None, driver: str = "gpu.nvidia.com") -> Layout:
+def layout(
+    slices: Iterable[Obj], nodes: Mapping[str, Obj] | None = None, driver: str = "gpu.nvidia.com"
+) -> Layout:
     """The GPUs of each node, from the slices of `driver`; grouped by node pool (a pool label
     on the Node) or else by the node's GPU shape. `nodes`: Node objects by name (optional)."""
     per_node: dict[str, dict[tuple[str, str], GPU]] = {}
@@ -123,17 +126,15 @@ def layout(slices: Iterable[Obj], nodes: Mapping[str, Obj] | None = None, driver
             continue
         pool = spec["pool"]["name"]
         node = spec.get("nodeName") or pool
-        gpus = per_node.setdefault(node, {})
+        found_gpus = per_node.setdefault(node, {})
         for d in spec.get("devices") or []:
             found = _gpu_key(pool, d)
             if found is None:
                 continue
             key, mode = found
-            g = gpus.get(key)
+            g = found_gpus.get(key)
             if g is None:
-                g = gpus[key] = GPU(key, _attr(d, "productName") or "", mode)
-            if mode == "dynamic" and _attr(d, "type") == "mig" and g.mode != "dynamic":
-                g.mode = "dynamic"
+                g = found_gpus[key] = GPU(key, _attr(d, "productName") or "", mode)
             g.bus = g.bus or _attr(d, "resource.kubernetes.io/pciBusID") or ""
             g.devices.append((d["name"], sevenths(d)))
     out: list[Node] = []
@@ -149,12 +150,12 @@ def layout(slices: Iterable[Obj], nodes: Mapping[str, Obj] | None = None, driver
         if group not in groups:
             groups.append(group)
         ni = len(out)
-        for gi, g in enumerate(gpus):
-            g.label = f"GPU {gi}"
-            cells = [["", 0, 7, -1]] if g.mode == "dynamic" else [[n, 0, k, -1] for n, k in g.devices]
-            g.free = [g.label, g.product, g.mode, cells]
-            for dname, _ in g.devices:
-                where[(g.key[0], dname)] = (ni, gi)
+        for gi, gpu in enumerate(gpus):
+            gpu.label = f"GPU {gi}"
+            cells = [["", 0, 7, -1]] if gpu.mode == "dynamic" else [[n, 0, k, -1] for n, k in gpu.devices]
+            gpu.free = [gpu.label, gpu.product, gpu.mode, cells]
+            for dname, _ in gpu.devices:
+                where[(gpu.key[0], dname)] = (ni, gi)
         out.append(Node(name, group, gpus))
         total += len(gpus)
     groups.sort()
