@@ -105,6 +105,7 @@ class PageData:
     culler: Any
     ttl: float = 5.0
     builds: int = 0
+    invalidations: int = 0
     _layout: Layout | None = None
     _layout_key: tuple[Any, ...] | None = None
     _body: bytes = b""
@@ -131,9 +132,16 @@ class PageData:
         if problem is None:
             fleet_doc = fleet(self.layout(), c.sessions, idle_gpu_hours_today(c.history, now))
         self.builds += 1
+        slices = getattr(c.cluster, "slices", None)
         # The fleet first: its nodes are spliced in at the first placeholder (serialize).
         return {
             "generated": iso(now),
+            # What changed since the last document: the page redraws a section only then (a
+            # 1,000-node map or 5,000 rows every 5 s would keep a browser busy).
+            "versions": {
+                "fleet": f"{c.cycles}.{slices.version if slices is not None else 0}.{self.invalidations}",
+                "sessions": f"{c.cycles}.{self.invalidations}",
+            },
             "fleet": fleet_doc,
             "fleet_error": problem,
             "cycles": c.cycles,
@@ -160,6 +168,7 @@ class PageData:
     def invalidate(self) -> None:
         """After an action: the next request builds afresh."""
         self._body_key = None
+        self.invalidations += 1
 
     def body(self, now: float | None = None) -> bytes:
         """The serialized document, rebuilt when the culler cycled, the slices changed or
