@@ -29,7 +29,7 @@ HUB_STATIC = Path(HUB_TEMPLATES).parent / "static"
 def test_a_thousand_node_fleet_stays_readable(browser: Browser) -> None:
     now = time.time()
     slices = [s for node in load_shape("scale", SHAPES_DIR).nodes for s in build_slices(node)]
-    culler = Culler(FakeCluster(slices), None, Policy(Rules()), history=history(now, days=1))  # type: ignore[arg-type]
+    culler = Culler(FakeCluster(slices), None, Policy(Rules()), history=history(now, days=0.1))  # type: ignore[arg-type]
     culler.sessions = sessions_on(slices, 5000, now)
     body = PageData(culler).body(now)
     html = _TEMPLATES.get_template("admin.html").render(
