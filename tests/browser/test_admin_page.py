@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 
 @pytest.fixture
 def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    h = culler_hub(namespace, tmp_path / "hub")
+    # Warned 15 s before the 20 s idle limit: time for a browser on a busy machine to log in
+    # and press Keep (with 5 s the claim was often culled before the page showed the warning).
+    h = culler_hub(namespace, tmp_path / "hub", args=("--warn-before", "15"))
     yield h
     h.stop()
 
@@ -63,7 +65,7 @@ def test_user_is_warned_on_the_home_page_and_keeps_the_gpu(
     browser: Browser, hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
     spawn(hub, "hal", {"profile": "mig-1g-10gb"})
-    # Idle on both counts: the culler warns 5 s before the 20 s idle limit.
+    # Idle on both counts: the culler warns 15 s before the 20 s idle limit.
     waits.wait_for(
         lambda: (api.get("ResourceClaim", "gpu-hal", namespace)["metadata"].get("annotations") or {}).get(
             "gpusessions.io/warned-at"

@@ -87,6 +87,7 @@ VALUE_SETS = {
     "teams": TEAMS,
     "odd-sizes": ODD_SIZES,
     "minimal": {"culler": {"enabled": False}, "rbac": {"create": False}, "sizes": []},
+    "grafana": {"grafana": {"dashboard": {"enabled": True, "annotations": {"grafana_folder": "GPU"}}}},
     "record-on-a-volume": {
         "culler": {"record": {"persistence": {"enabled": True, "size": "2Gi", "storageClassName": "fast"}}}
     },
@@ -319,7 +320,11 @@ def test_rbac_is_narrow(tmp_path: Path) -> None:
         assert set(rule["verbs"]) <= {"get", "list", "watch"}
         assert set(rule["resources"]) <= {"resourceslices", "resourceclaims", "deviceclasses", "queues"}
     for rule in _rules(objs, "ClusterRole", "culler"):
-        assert rule["resources"] == ["nodes"] and set(rule["verbs"]) == {"list", "watch"}
+        # Nodes (a session whose node is gone), ResourceSlices (the admin page's fleet map).
+        assert rule["resources"] in (["nodes"], ["resourceslices"]) and set(rule["verbs"]) == {
+            "list",
+            "watch",
+        }
     assert not [r for r in _rules(objs, "ClusterRole", "hub") if "scheduling.run.ai" in r["apiGroups"]]
     # With KAI: list and watch of KAI's Queues (the picker's team line), nothing more of KAI's.
     kai = template(tmp_path, TEAMS)

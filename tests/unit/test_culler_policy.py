@@ -190,8 +190,10 @@ def test_join_claims_holders_and_hub() -> None:
 
 def test_metrics_carry_the_queue_and_escape_label_values() -> None:
     from gpusessions.culler.cycle import Culler
+    from gpusessions.culler.history import History
 
     c = Culler.__new__(Culler)
+    c.history = History()  # what the metrics of the record read (an empty record)
     c.sessions = [running(queue="team-a"), running(claim="gpu-b", queue="team-a"), running(profile='x"y')]
     c.actions, c.culls, c.idle_gpu_seconds, c.cycles = {}, {}, {'x"y': 2.0}, 1
     text = c.metrics()

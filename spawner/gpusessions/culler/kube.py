@@ -1,4 +1,5 @@
-"""The culler's Kubernetes side: watches of our claims and holders, and deletes and patches."""
+"""The culler's Kubernetes side: watches of our claims and holders (and of the nodes and
+ResourceSlices the admin page's fleet map reads), and deletes and patches."""
 
 from __future__ import annotations
 
@@ -43,7 +44,12 @@ class ClusterSide:
         # Nodes: a session whose GPU's node is gone is cleaned up (needs list/watch on nodes;
         # without it the culler only logs the watch's error and skips that check).
         self.nodes = Cache("nodes", self.core.list_node, self._changed)
-        self._tasks = [asyncio.ensure_future(c.run()) for c in (self.claims, self.holders, self.nodes)]
+        # ResourceSlices: every GPU of the cluster, for the admin page's fleet map (needs list/watch
+        # on resourceslices; without it the page says why the map is missing, culling goes on).
+        self.slices = Cache("resourceslices", self.resource.list_resource_slice, self._changed)
+        self._tasks = [
+            asyncio.ensure_future(c.run()) for c in (self.claims, self.holders, self.nodes, self.slices)
+        ]
 
     def node_names(self) -> set[str] | None:
         """The nodes that exist, or None while the node watch has no reliable picture."""

@@ -60,6 +60,7 @@ class CullerCollector(Collector):
             idle.add_metric([profile], round(v, 1))
         yield idle
         yield gpu_hours(c)
+        yield equivalents(c)
         yield CounterMetricFamily("gpusessions_culler_cycles", "Culler cycles run.", value=c.cycles)
         if c.last_cycle_seconds is not None:
             yield GaugeMetricFamily(
@@ -67,6 +68,28 @@ class CullerCollector(Collector):
                 "Wall time of the last cycle.",
                 value=round(c.last_cycle_seconds, 3),
             )
+
+
+def equivalents(c: Culler) -> GaugeMetricFamily:
+    """GPU-equivalents held now, by state (busy, idle, kept, pending: the admin page's colours),
+    profile and queue."""
+    from gpusessions.culler.fleet import cell_state
+    from gpusessions.culler.history import session_equivalent
+
+    g = GaugeMetricFamily(
+        "gpusessions_gpu_equivalents",
+        "GPU-equivalents held now (a MIG slice Ng is N/7), by state (busy, idle, kept: server "
+        "stopped, pending: starting), profile and queue.",
+        labels=["state", "profile", "queue"],
+    )
+    sums: dict[tuple[str, str, str], float] = {}
+    for s in c.sessions:
+        if s.allocated and not s.deleting:
+            key = (cell_state(s), s.profile, s.queue)
+            sums[key] = sums.get(key, 0.0) + session_equivalent(s)
+    for key, v in sorted(sums.items()):
+        g.add_metric(list(key), round(v, 4))
+    return g
 
 
 # The kinds of GPU time the record keeps that the metric reports.

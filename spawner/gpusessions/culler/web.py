@@ -1,9 +1,12 @@
 """The culler's web side: the admin page, the sessions JSON API and its actions, /metrics.
 
 Runs as the JupyterHub service `gpusessions` (hub-managed or external): the page
-at /services/gpusessions/, the JSON list of sessions at
-/services/gpusessions/api/sessions, metrics (no login) at /services/gpusessions/metrics.
-Everything shown is read from the `Culler` (cycle.py); actions go through it.
+at /services/gpusessions/ (in JupyterHub's look: it extends the installed
+jupyterhub's page.html), everything the page shows at
+/services/gpusessions/api/page (pagedata.py; gzip when the browser accepts it), the
+JSON list of sessions at /services/gpusessions/api/sessions, metrics (no login) at
+/services/gpusessions/metrics. Everything shown is read from the `Culler`
+(cycle.py); actions go through it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from jupyterhub._data import DATA_FILES_PATH
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from jupyterhub.utils import url_path_join
 from tornado import web
@@ -22,6 +26,7 @@ from gpusessions.culler.cycle import Culler
 from gpusessions.culler.hubconfig import ADMIN_SCOPE
 from gpusessions.culler.metrics import CONTENT_TYPE
 from gpusessions.culler.model import iso, parse_time
+from gpusessions.culler.pagedata import PageData
 
 Obj = dict[str, Any]
 
@@ -45,8 +50,16 @@ class _Admin(HubOAuthenticated, web.RequestHandler):
         self.finish(json.dumps({"status": status_code, "message": self._reason}))
 
 
+# Ours first, then JupyterHub's own (page.html: navbar, styles, dark mode), as hub services may.
+HUB_TEMPLATES = os.path.join(DATA_FILES_PATH, "templates")
 _TEMPLATES = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")), autoescape=True
+    loader=jinja2.ChoiceLoader(
+        [
+            jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+            jinja2.FileSystemLoader(HUB_TEMPLATES),
+        ]
+    ),
+    autoescape=True,
 )
 COLUMNS = [
     ("user", "User"),
@@ -64,17 +77,55 @@ COLUMNS = [
 ]
 
 
+def hub_page_vars(user: Obj, hub_prefix: str, service_prefix: str) -> Obj:
+    """What JupyterHub's page.html reads, for a page served by this service."""
+    name = str(user.get("name", ""))
+    # page.html puts this inside a <script> string unescaped: no "<", ">" or "&" may reach it.
+    js_name = json.dumps(name)[1:-1].replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return {
+        "base_url": hub_prefix,
+        "prefix": hub_prefix,
+        "static_url": lambda path, include_version=True: url_path_join(hub_prefix, "static", path),
+        "user": {"name": name, "json_escaped_name": js_name},
+        "admin_access": bool(user.get("admin")),
+        "parsed_scopes": {"admin-ui"} if user.get("admin") else set(),
+        "services": [{"name": "GPU sessions", "href": service_prefix}],
+        "no_spawner_check": True,
+        "logout_url": url_path_join(hub_prefix, "logout"),
+        "login_url": url_path_join(hub_prefix, "login"),
+    }
+
+
 class PageHandler(_Admin):
     @web.authenticated
     def get(self) -> None:
+        xsrf = self.xsrf_token.decode()
         html = _TEMPLATES.get_template("admin.html").render(
-            sessions=self.culler.describe(),
+            **hub_page_vars(self.current_user, self.hub_auth.hub_prefix, self.settings["service_prefix"]),
             columns=COLUMNS,
             dry_run=self.culler.policy.dry_run,
-            xsrf=self.xsrf_token.decode(),
+            xsrf=xsrf,
+            xsrf_token=xsrf,
         )
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.write(html)
+
+
+class PageDataHandler(_Admin):
+    """Everything the admin page shows, in one document (pagedata.py)."""
+
+    @web.authenticated
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("Vary", "Accept-Encoding")
+        page_data = self.settings["page_data"]
+        if "gzip" in self.request.headers.get("Accept-Encoding", ""):
+            # Gzipped once per document, not per request (tornado leaves an encoded body alone).
+            self.set_header("Content-Encoding", "gzip")
+            self.write(page_data.gzipped())
+        else:
+            self.write(page_data.body())
 
 
 class SessionsHandler(_Admin):
@@ -111,6 +162,7 @@ class ActionHandler(_Admin):
             body = {"kept_until": iso(ts)}
         else:
             raise web.HTTPError(404)
+        self.settings["page_data"].invalidate()
         self.set_header("Content-Type", "application/json")
         self.write(json.dumps(body))
 
@@ -129,6 +181,7 @@ def make_app(culler: Culler, prefix: str) -> web.Application:
     return web.Application(
         [
             (prefix, PageHandler, kw),
+            (url_path_join(prefix, "api/page"), PageDataHandler, kw),
             (url_path_join(prefix, "api/sessions"), SessionsHandler, kw),
             (url_path_join(prefix, r"api/sessions/([^/]+)/([^/]+)/(release|keep)"), ActionHandler, kw),
             (url_path_join(prefix, "metrics"), MetricsHandler, kw),
@@ -136,4 +189,8 @@ def make_app(culler: Culler, prefix: str) -> web.Application:
         ],
         cookie_secret=os.urandom(32),
         xsrf_cookies=True,
+        # gzip for the browsers that ask (the page data of a large fleet is mostly repetition).
+        compress_response=True,
+        page_data=PageData(culler),
+        service_prefix=prefix,
     )

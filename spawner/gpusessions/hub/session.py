@@ -19,6 +19,7 @@ from gpusessions.core import kernels as K
 from gpusessions.core import labels as L
 from gpusessions.core import progress as P
 from gpusessions.core.progress import Refused as Refused
+from gpusessions.hub.metrics import GPU_WAIT, WAITING
 from gpusessions.kube.api import Conflict, SessionAPI
 
 Obj = dict[str, Any]
@@ -104,12 +105,24 @@ class GPUSession:
                 await self.api.delete_claim(self.n.namespace, self.n.claim)
             raise
         deadline = time.monotonic() + timeout
+        profile = self.n.profile
         if kept and C.allocation(claim):
             self.emit(P.kept(self.what, claim))
             alloc = Allocation(claim, kept=True)
+            GPU_WAIT.labels(profile, "kept").observe(0)
         else:
             self.emit(f"Waiting for a GPU ({self.what}) ...")
-            claim = await self._wait_allocated(timeout)
+            started, outcome = time.monotonic(), "timeout"
+            WAITING.labels(profile).inc()
+            try:
+                claim = await self._wait_allocated(timeout)
+                outcome = "allocated"
+            except Refused:
+                outcome = "refused"
+                raise
+            finally:
+                WAITING.labels(profile).dec()
+                GPU_WAIT.labels(profile, outcome).observe(time.monotonic() - started)
             self.emit(P.allocated(self.what, claim))
             alloc = Allocation(claim, kept=False)
         if self.kernels is not None:
