@@ -154,12 +154,16 @@ class Culler:
         if self.policy.dry_run:
             return
         if d.action == WARN:
-            # What the user reads on the hub home page (and can answer with "keep").
-            await self.cluster.annotate(
-                s.namespace,
-                s.claim,
-                {WARNED_AT: str(now), CULL_AT: str(d.at or now), CULL_REASON: d.reason[:200]},
-            )
+            # What the user reads on the hub home page (and can answer with "keep"). A keep that
+            # ran out goes: the hub hides the warnings of a kept session.
+            warning: dict[str, str | None] = {
+                WARNED_AT: str(now),
+                CULL_AT: str(d.at or now),
+                CULL_REASON: d.reason[:200],
+            }
+            if s.keep_until is not None:
+                warning[KEEP_UNTIL] = None
+            await self.cluster.annotate(s.namespace, s.claim, warning)
         elif d.action == CULL:
             self.culls[d.rule or "idle"] += 1
             await self.hub.stop_server(s.user or "", s.server or "")
