@@ -87,6 +87,9 @@ VALUE_SETS = {
     "teams": TEAMS,
     "odd-sizes": ODD_SIZES,
     "minimal": {"culler": {"enabled": False}, "rbac": {"create": False}, "sizes": []},
+    "record-on-a-volume": {
+        "culler": {"record": {"persistence": {"enabled": True, "size": "2Gi", "storageClassName": "fast"}}}
+    },
     "no-kernels": {
         "holder": {"persistKernels": False, "agentTokenSecret": {"create": False, "name": "mine"}}
     },
@@ -375,3 +378,22 @@ def test_chart_yaml() -> None:
     assert chart["kubeVersion"].startswith(">=1.34")
     r = helm("show", "chart", str(CHART))
     assert "name: gpusessions" in r.stdout
+
+
+def test_the_culler_keeps_its_record_on_a_volume(tmp_path: Path) -> None:
+    """The record is written under a read-only root: an emptyDir by default, a claim when asked."""
+    for persist in (False, True):
+        values = {"culler": {"record": {"persistence": {"enabled": persist}}}}
+        objs = template(tmp_path, values)
+        dep = next(o for o in by_kind(objs, "Deployment") if o["metadata"]["name"] == "gpusessions-culler")
+        pod = dep["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert "--history-file=/var/lib/gpusessions/history.json" in container["command"]
+        assert container["volumeMounts"] == [{"name": "record", "mountPath": "/var/lib/gpusessions"}]
+        (vol,) = pod["volumes"]
+        claims = by_kind(objs, "PersistentVolumeClaim")
+        if persist:
+            assert vol["persistentVolumeClaim"] == {"claimName": "gpusessions-culler-record"}
+            assert [c["metadata"]["name"] for c in claims] == ["gpusessions-culler-record"]
+        else:
+            assert "emptyDir" in vol and claims == []

@@ -14,6 +14,8 @@ import logging
 import os
 import signal
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -97,6 +99,12 @@ class CullerApp(Application):
     namespace = LastUnicode(
         "", help="the namespace of this hub's sessions; '*' for all namespaces (one hub per cluster only)"
     ).tag(config=True)
+    history_file = LastUnicode(
+        "",
+        help="""where the culler keeps its record of GPU time (held, busy, idle, kept, reclaimed
+        per profile and queue, 5-minute buckets, 8 days) across restarts: a JSON file, written
+        at most once a minute and at exit; "" keeps it in memory only (lost at a restart)""",
+    ).tag(config=True)
     config_file = LastUnicode("", help="a config file (Python or JSON) setting any of these").tag(config=True)
 
     aliases = {
@@ -142,6 +150,7 @@ class CullerApp(Application):
     async def run(self) -> None:
         # Imported here: the settings (and their tests) need no Kubernetes client or tornado app.
         from gpusessions.culler.cycle import Culler, run_forever
+        from gpusessions.culler.history import History
         from gpusessions.culler.hub import HubAPI
         from gpusessions.culler.kube import ClusterSide
         from gpusessions.culler.web import make_app
@@ -159,8 +168,13 @@ class CullerApp(Application):
         cluster = ClusterSide(namespace=None if self.namespace in ("", "*") else self.namespace)
         await cluster.ready()
         culler = Culler(
-            cluster, HubAPI(api_url, token), self.policy, os.environ.get("GPUSESSIONS_AGENT_TOKEN")
+            cluster,
+            HubAPI(api_url, token),
+            self.policy,
+            os.environ.get("GPUSESSIONS_AGENT_TOKEN"),
+            history=History(self.history_file or None),
         )
+        _AT_EXIT.append(lambda: culler.history.save(time.time(), force=True))
         make_app(culler, prefix).listen(bind.port or 80, address=bind.hostname or "127.0.0.1")
         logging.getLogger("gpusessions.culler").info(
             "culler on %s%s every %.0fs%s",
@@ -172,8 +186,17 @@ class CullerApp(Application):
         await run_forever(culler, self.interval)
 
 
+# What to do before exiting at a signal (save the record).
+_AT_EXIT: list[Callable[[], None]] = []
+
+
 def _exit_now(sig: int) -> None:
     logging.getLogger("gpusessions.culler").info("stopping (%s)", signal.Signals(sig).name)
+    for fn in _AT_EXIT:
+        try:
+            fn()
+        except Exception as e:  # never block the exit
+            logging.getLogger("gpusessions.culler").warning("at exit: %s", e)
     logging.shutdown()
     os._exit(0)
 

@@ -18,6 +18,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from gpusessions.core.claims import AGENT_PORT
 from gpusessions.culler.contention import mark_contention
+from gpusessions.culler.history import History
 from gpusessions.culler.hub import HubAPI
 from gpusessions.culler.kube import ClusterSide
 from gpusessions.culler.metrics import exposition
@@ -63,6 +64,7 @@ class Culler:
     # by reason: idle, gpu-idle, max-age, stopped, stopped-contended, orphan, node-gone, admin
     culls: Counter[str] = field(default_factory=Counter)
     idle_gpu_seconds: dict[str, float] = field(default_factory=dict)  # by profile
+    history: History = field(default_factory=History)  # the record the admin page and metrics read
     cycles: int = 0
     last_cycle: float | None = None
     last_cycle_seconds: float | None = None  # wall time of the last cycle
@@ -111,6 +113,7 @@ class Culler:
                 if s.allocated and not s.gpu_busy_now:
                     held = dt * max(1, len(s.devices))
                     self.idle_gpu_seconds[s.profile] = self.idle_gpu_seconds.get(s.profile, 0.0) + held
+            self.history.observe(now, sessions, dt)
         mark_contention(sessions, now)
         out = []
         for s in sessions:
@@ -127,6 +130,10 @@ class Culler:
         self.decisions = {s.key: d for s, d in out}
         self.cycles += 1
         self.last_cycle = now
+        try:
+            self.history.save(now)
+        except OSError as e:  # a full or read-only volume: report, go on culling
+            log.warning("could not save the culler's record: %s", e)
         self.last_cycle_seconds = time.monotonic() - started
         log.info("cycle %d: %d sessions in %.3fs", self.cycles, len(sessions), self.last_cycle_seconds)
         return out

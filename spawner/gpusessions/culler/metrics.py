@@ -7,6 +7,7 @@ format (label escaping included).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -58,6 +59,7 @@ class CullerCollector(Collector):
         for profile, v in sorted(c.idle_gpu_seconds.items()):
             idle.add_metric([profile], round(v, 1))
         yield idle
+        yield gpu_hours(c)
         yield CounterMetricFamily("gpusessions_culler_cycles", "Culler cycles run.", value=c.cycles)
         if c.last_cycle_seconds is not None:
             yield GaugeMetricFamily(
@@ -65,6 +67,28 @@ class CullerCollector(Collector):
                 "Wall time of the last cycle.",
                 value=round(c.last_cycle_seconds, 3),
             )
+
+
+# The kinds of GPU time the record keeps that the metric reports.
+GPU_HOUR_KINDS = ("held", "busy", "idle", "kept", "reclaimed")
+
+
+def gpu_hours(c: Culler, now: float | None = None) -> GaugeMetricFamily:
+    """GPU-equivalent-hours from the culler's record, today (UTC) and over the last 7 days."""
+    now = time.time() if now is None else now
+    g = GaugeMetricFamily(
+        "gpusessions_gpu_hours",
+        "GPU-equivalent-hours by kind (held, busy, idle, kept, reclaimed), window (today: since "
+        "midnight UTC; 7d: the last 7 days), profile and queue, from the culler's own record.",
+        labels=["kind", "window", "profile", "queue"],
+    )
+    windows = {"today": c.history.day_start(now), "7d": now - 7 * 86400.0}
+    for window, since in windows.items():
+        for (profile, queue), counters in sorted(c.history.totals(since).items()):
+            for kind in GPU_HOUR_KINDS:
+                if kind in counters:
+                    g.add_metric([kind, window, profile, queue], round(counters[kind] / 3600.0, 4))
+    return g
 
 
 def exposition(culler: Culler) -> str:
