@@ -393,6 +393,21 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
         assert log.count(f"warn {namespace}/gpu-anna") == 2
         assert log.rindex(f"warn {namespace}/gpu-anna") < log.index(f"cull {namespace}/gpu-anna")
         assert value(_metrics(hub), "gpusessions_culls_total", reason="gpu-idle-contended") == 1
+        # The record: the reclaim, its warnings, and the time it gave back ahead of the plain
+        # 600 s limits (2g.20gb counts 2/7 of a GPU), on the admin page's JSON and in /metrics.
+        req = urllib.request.Request(
+            hub.url + "/services/gpusessions/api/sessions", headers={"Authorization": f"token {hub.token}"}
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            record = json.loads(r.read())["record"]
+        row = next(r for r in record["today"]["rows"] if r["profile"] == "solo")
+        assert row["reclaims"] == 1 and row["culls"] == 1 and row["warnings"] == 2, row
+        assert 0 < row["reclaimed"] <= 600 * 2 / 7 / 3600, row
+        assert row["idle"] > 0 and row["held"] >= row["idle"], row
+        reclaimed = value(
+            _metrics(hub), "gpusessions_gpu_hours", kind="reclaimed", window="today", profile="solo", queue=""
+        )
+        assert reclaimed and reclaimed > 0
         m = server_model(hub, "anna")
         assert not (m and m.get("ready")), m  # her server was stopped with the GPU
     finally:

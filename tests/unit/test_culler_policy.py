@@ -434,7 +434,9 @@ def idle_running(user: str = "a", idle_since: float = T0, **kw: object) -> Sessi
     return running(**base)
 
 
-CONTENDED = Policy(Rules(idle_limit=2 * H, gpu_idle_limit=4 * H, gpu_idle_limit_contended=1800, warn_before=900))
+CONTENDED = Policy(
+    Rules(idle_limit=2 * H, gpu_idle_limit=4 * H, gpu_idle_limit_contended=1800, warn_before=900)
+)
 
 
 def test_an_idle_gpu_is_reclaimed_sooner_only_while_someone_waits_for_its_size() -> None:

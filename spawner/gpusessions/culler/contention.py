@@ -77,12 +77,8 @@ def mark_contention(sessions: list[Session], now: float) -> Counter[str]:
         if key and left[key] > 0:
             left[key] -= 1
             s.waiters = waiters[key]
-    idle = [
-        (since, s)
-        for s in sessions
-        if _running(s, now) and (since := gpu_idle_since(s)) is not None
-    ]
-    for since, s in sorted(idle, key=lambda x: x[0]):
+    idle = [(since, s) for s in sessions if _running(s, now) and (since := gpu_idle_since(s)) is not None]
+    for _since, s in sorted(idle, key=lambda x: x[0]):
         s.waiters = 0
         key = request_key(s)
         if key and left[key] > 0:

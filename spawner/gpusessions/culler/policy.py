@@ -139,7 +139,11 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         if idle is not None:
             deadline, why, rule = idle + r.idle_limit, f"notebook and GPU idle for {_dur(now - idle)}", "idle"
         gpu_idle = gpu_idle_since(s)
-        if gpu_idle is not None and r.gpu_idle_limit > 0 and (deadline is None or gpu_idle + r.gpu_idle_limit < deadline):
+        if (
+            gpu_idle is not None
+            and r.gpu_idle_limit > 0
+            and (deadline is None or gpu_idle + r.gpu_idle_limit < deadline)
+        ):
             why = f"GPU idle for {_dur(now - gpu_idle)}"
             nb = s.notebook_last_activity
             if nb is not None and nb > gpu_idle:
@@ -172,7 +176,11 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         deadline = s.stopped_since + keep
         final = RELEASE
 
-    again = "active again (or nobody waits for this size now)" if s.running else "no longer due (nobody waits for this size now)"
+    again = (
+        "active again (or nobody waits for this size now)"
+        if s.running
+        else "no longer due (nobody waits for this size now)"
+    )
     if deadline is None:
         if s.warned_at is not None:
             return Decision(UNWARN, again)

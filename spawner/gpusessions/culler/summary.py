@@ -58,19 +58,8 @@ def record(history: History, now: float) -> dict[str, Any]:
     """{"today": {"since", "rows", "total"}, "7d": {...}}: GPU-hours per (profile, queue), and counts."""
     out: dict[str, Any] = {}
     for window, since in (("today", history.day_start(now)), ("7d", now - WEEK)):
-        rows = _rows(history.totals(since, now))
+        rows = _rows(history.totals(since))
         out[window] = {"since": since, "rows": rows, "total": _sum(rows)}
-    return out
-
-
-def gpu_hours(history: History, now: float) -> list[tuple[str, str, str, str, float]]:
-    """(kind, window, profile, queue, GPU-equivalent-hours) for the gauge gpusessions_gpu_hours."""
-    out = []
-    rec = record(history, now)
-    for window in ("today", "7d"):
-        for row in rec[window]["rows"]:
-            for kind in KINDS:
-                out.append((kind, window, row["profile"], row["queue"], row[kind]))
     return out
 
 
@@ -85,11 +74,18 @@ def policy(p: Policy) -> dict[str, Any]:
         f"A running session is culled (server stopped, GPU released) after its notebook AND its GPU "
         f"were idle {_limit(r.idle_limit)}, or its GPU alone {_limit(r.gpu_idle_limit)} "
         "(an open tab keeps the notebook active).",
-        f"While another user waits for a GPU of the same size and no kept GPU can serve them, the "
-        f"session whose GPU has been idle longest is culled after {_limit(r.gpu_idle_limit_contended)} "
-        "of GPU idleness instead: one per waiter.",
-        f"A stopped server keeps its GPU {_limit(r.stopped_keep)}; only "
-        f"{_limit(r.stopped_keep_contended)} while someone waits for that size.",
+    ]
+    if r.gpu_idle_limit_contended > 0:
+        lines.append(
+            "While another user waits for a GPU of the same size and no kept GPU can serve them, the "
+            f"session whose GPU has been idle longest is culled after {_dur(r.gpu_idle_limit_contended)} "
+            "of GPU idleness instead: one per waiter."
+        )
+    keep = f"A stopped server keeps its GPU {_limit(r.stopped_keep)}"
+    if 0 < r.stopped_keep_contended < r.stopped_keep:
+        keep += f"; only {_dur(r.stopped_keep_contended)} while someone waits for that size"
+    lines += [
+        keep + ".",
         f"Every cull is announced {_limit(r.warn_before)} ahead (less for the shorter rules, never "
         "more than their limit) on the hub home page and in JupyterLab; Keep my GPU holds it off.",
         "A busy GPU (an agent reading at or above the busy threshold) is never culled; nor one "

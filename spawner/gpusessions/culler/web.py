@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from jupyterhub.utils import url_path_join
 from tornado import web
 
+from gpusessions.culler import summary
 from gpusessions.culler.cycle import Culler
 from gpusessions.culler.hubconfig import ADMIN_SCOPE
 from gpusessions.culler.metrics import CONTENT_TYPE
@@ -72,6 +74,8 @@ class PageHandler(_Admin):
             columns=COLUMNS,
             dry_run=self.culler.policy.dry_run,
             xsrf=self.xsrf_token.decode(),
+            record=summary.record(self.culler.history, time.time()),
+            policy=summary.policy(self.culler.policy),
         )
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.write(html)
@@ -89,6 +93,8 @@ class SessionsHandler(_Admin):
                     "last_cycle": iso(self.culler.last_cycle),
                     "dry_run": self.culler.policy.dry_run,
                     "error": self.culler.last_error,
+                    "record": summary.record(self.culler.history, time.time()),
+                    "policy": summary.policy(self.culler.policy),
                 }
             )
         )
