@@ -1,12 +1,17 @@
 """Benchmark: idle reclaim: one session trace replayed with no culling, hub-activity culling, our culler.
 
-    .venv/bin/python tests/bench/bench_idle.py [--users 8] [--slots 3] [--hours 8] [--scale 20]
-        [--seed 1] [--json out.json]
+    .venv/bin/python tests/bench/bench_idle.py [--profile workday|notebook] [--trace FILE]
+        [--write-trace FILE] [--users N] [--hours H] [--slots N] [--scale S] [--seed N]
+        [--policies none,hub-activity,gpusessions] [--json out.json]
 
-A seeded generator writes a day of GPU sessions (see `TraceParams` for every parameter and
-its default). The same trace is then replayed, time-compressed (`--scale` real seconds per
-simulated hour), three times through a real JupyterHub + configurable-http-proxy +
-GPUSessionSpawner on the local cluster (shape small), one hub per policy, in this order:
+The trace (idletrace.py: every parameter and its default there) is generated from a profile,
+`workday` (8 users, 8 hours, 3 MIG slices, 20 s per simulated hour) or `notebook` (calibrated
+to a production notebook service's published figures: 36 users, 48 hours, 7 MIG slices, 8 s
+per simulated hour), or read from a JSON file (`--trace`; `--write-trace` writes the one
+replayed, `--only-write` stops there). The same trace is then replayed, time-compressed
+(`--scale` real seconds per simulated hour), three times through a real JupyterHub +
+configurable-http-proxy + GPUSessionSpawner on the local cluster (shape small), one hub per
+policy, in this order:
 
 - (a) none: no culling at all;
 - (b) hub-activity: jupyterhub-idle-culler itself (PyPI `jupyterhub-idle-culler`) as a hub
@@ -37,7 +42,12 @@ Measured per policy, over the trace's span only (after it the replay stops):
 - GPU-hours held idle: a claim is allocated to the user while they do no GPU work (their
   server stopped or culled while the claim is kept counts too); sampled twice a second;
 - waiting: from wanting a GPU (a session starts, or work resumes after a cull) to the server
-  being ready; a wait still open when the trace ends counts up to the end;
+  being ready; a wait still open when the trace ends counts up to the end; "waiting in all"
+  counts the notebook's start after the allocation at its real length (seconds), which the
+  compression would otherwise inflate to a good part of an hour per start;
+- warnings shown (by the culler's claim annotations) and "Keep my GPU" clicks: a user at the
+  notebook (a `work` or `cpu` phase) who is warned answers with Keep, as the JupyterLab notice
+  offers; a user away does not;
 - lost work: GPU jobs culled while busy (count, and the GPU-hours the job had run).
 """
 

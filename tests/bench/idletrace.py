@@ -92,8 +92,8 @@ def generate(p: TraceParams) -> list[Session]:
             s = Session(user, round(t, 4), kind, rng.random() < p.tab_open_share, "")
             s.end = "stop" if rng.random() < p.stop_share else "leave"
             if kind == "batch":
-                job = _logn(rng, p.job_median, p.job_sigma)
-                s.phases = [Phase("work", _logn(rng, 0.25, 0.5)), Phase("job", job)]
+                setup = _logn(rng, 0.25, 0.5)  # drawn before the job: the traces stay as they were
+                s.phases = [Phase("work", setup), Phase("job", _logn(rng, p.job_median, p.job_sigma))]
             else:
                 n = 1
                 while rng.random() > 1 / p.phases_mean:

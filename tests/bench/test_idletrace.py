@@ -125,3 +125,9 @@ def test_the_calibrated_trace_is_near_the_published_figures() -> None:
     assert 0.15 <= s["gpu_busy_share_mean"] <= 0.3 and 0.1 <= s["gpu_busy_share_median"] <= 0.22  # 22 %, 14 %
     assert 0.65 <= s["reserved_gpu_idle_share"] <= 0.85  # 74 %
     assert s["tab_open_sessions"] and s["batch_sessions"]
+
+
+def test_the_working_day_trace_is_the_one_docs_benchmarks_describes() -> None:
+    s = idletrace.trace_summary(idletrace.generate(TraceParams()))
+    assert (s["sessions"], s["batch_sessions"], s["tab_open_sessions"], s["stopped_at_end"]) == (11, 3, 3, 4)
+    assert (s["gpu_work_hours"], s["job_hours"], s["pause_hours"]) == (20.92, 5.56, 18.81)
