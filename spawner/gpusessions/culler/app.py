@@ -119,6 +119,7 @@ class CullerApp(Application):
         "orphan-grace": "CullerApp.orphan_grace",
         "per-profile": "CullerApp.per_profile",
         "namespace": "CullerApp.namespace",
+        "history-file": "CullerApp.history_file",
         "config": "CullerApp.config_file",
     }
     flags = {
