@@ -194,6 +194,9 @@ def test_metrics_carry_the_queue_and_escape_label_values() -> None:
     c = Culler.__new__(Culler)
     c.sessions = [running(queue="team-a"), running(claim="gpu-b", queue="team-a"), running(profile='x"y')]
     c.actions, c.culls, c.idle_gpu_seconds, c.cycles = {}, {}, {'x"y': 2.0}, 1
+    from gpusessions.culler.history import History
+
+    c.history = History(None)  # the record (main's metrics read it)
     text = c.metrics()
     assert value(text, "gpusessions_held_gpus", state="running", profile="", queue="team-a") == 2
     assert 'profile="x\\"y"' in text  # escaped as the text format asks
