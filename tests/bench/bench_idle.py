@@ -57,6 +57,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import statistics
 import sys
@@ -222,10 +223,13 @@ class Replay:
         self.culls: list[dict[str, Any]] = []
         self.warnings: set[tuple[str, str]] = set()  # (user, warned-at) as the claims showed them
         self.keeps: list[dict[str, Any]] = []  # "Keep my GPU" clicked by a user at the notebook
+        # per user: (wall time, GPU busy, a job) at every change: what a cull took, by its time
+        self.timeline: dict[str, list[tuple[float, bool, bool]]] = {u: [] for u in self.users}
         self.held = self.held_idle = self.held_busy = self.held_starting = 0.0  # simulated GPU-hours
         self.samples = 0
         self.errors: list[str] = []
         self.t0 = 0.0
+        self.wall_t0 = 0.0
         self._load = ""
 
     def sim(self, t: float | None = None) -> float:
@@ -294,6 +298,7 @@ class Replay:
         with self.lock:
             st = self.state[user]
             st.gpu, st.hub, st.present = gpu, hub, present
+            self.timeline[user].append((time.time(), gpu, job))
             st.job_since = time.monotonic() if job else None
         self.push_load()
 
@@ -422,6 +427,7 @@ class Replay:
         for u in self.users:
             self.hub.api("POST", f"/users/{u}")
         self.t0 = time.monotonic()
+        self.wall_t0 = time.time()
         threads = [threading.Thread(target=self.monitor, daemon=True)]
         threads += [threading.Thread(target=self.run_user, args=(u,), daemon=True) for u in self.users]
         for t in threads:
@@ -439,8 +445,41 @@ class Replay:
             t.join(30)
         return self.result()
 
+    def culls_by_log(self) -> list[dict[str, Any]]:
+        """Every stop of a user's server by a culler (not by the bench's users), from the hub's
+        request log, at the time the request reached the hub; with what the user did then."""
+        out = []
+        pat = re.compile(
+            r"^\[I (\S+ \S+) .*\] 20[24] DELETE /hub/api/users/([^/]+)/server \(([^@]+)@[^)]*\) ([\d.]+)ms"
+        )
+        for line in self.hub.log.read_text(errors="replace").splitlines():
+            m = pat.match(line)
+            if not m or m.group(3) not in ("gpusessions", "idle-culler"):
+                continue
+            done = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+            at = done - float(m.group(4)) / 1000
+            user = m.group(2)
+            before = [e for e in self.timeline.get(user, []) if e[0] <= at]
+            busy, job = (before[-1][1], before[-1][2]) if before else (False, False)
+            job_since = None
+            for e in reversed(before):  # the job's start: the earliest change of the job's run
+                if not e[2]:
+                    break
+                job_since = e[0]
+            out.append(
+                {
+                    "user": user,
+                    "at": round((at - self.wall_t0) / self.scale, 3),
+                    "busy": busy,
+                    "job": job,
+                    "lost_hours": round((at - job_since) / self.scale, 3) if job_since else 0.0,
+                }
+            )
+        return out
+
     def result(self) -> dict[str, Any]:
-        lost = [c for c in self.culls if c["busy"]]
+        by_log = self.culls_by_log()
+        lost = [c for c in by_log if c["busy"]]
         gpu_waits = [w["gpu_hours"] for w in self.waits]
         ready_waits = [w["ready_hours"] for w in self.waits]
         starts = [w["start_seconds"] for w in self.waits if not w["censored"] and not w["no_gpu"]]
@@ -457,14 +496,15 @@ class Replay:
             "waits": len(self.waits),
             "waits_after_cull": sum(w["why"] == "after cull" for w in self.waits),
             "waits_never_served": sum(w["no_gpu"] for w in self.waits),
-            "culls": len(self.culls),
+            "culls": len(by_log),
             "culls_of_busy_gpus": len(lost),
+            "culls_noticed_during_work": sum(c["busy"] for c in self.culls),
             "lost_work_gpu_hours": round(sum(c["lost_hours"] for c in lost), 3),
             "warnings": len(self.warnings),
             "keeps": len(self.keeps),
             "samples": self.samples,
             "wait_log": self.waits,
-            "cull_log": self.culls,
+            "cull_log": by_log,
             "errors": self.errors[:20],
         }
 
@@ -707,7 +747,11 @@ def main() -> int:
         ("waits_after_cull", "of which restarts after a cull"),
         ("waits_never_served", "waits still without a GPU at the end of the day"),
         ("culls", "servers culled"),
-        ("culls_of_busy_gpus", "culled while the GPU was in use"),
+        ("culls_of_busy_gpus", "culled while the GPU was in use (at the stop request)"),
+        (
+            "culls_noticed_during_work",
+            "culls the user noticed only while at GPU work (up to a monitor poll late)",
+        ),
         ("lost_work_gpu_hours", "lost work (GPU-hours of culled jobs)"),
         ("warnings", "warnings shown"),
         ("keeps", "of which answered with Keep by a user at the notebook"),

@@ -325,7 +325,7 @@ def from_json(doc: Any) -> list[Session]:
         where = f"session {i} (user {user})"
         if not (user[0].isalnum() and all(c.isalnum() or c in "-_." for c in user) and len(user) <= 40):
             raise TraceError(f'{where}: "user" may hold letters, digits, "-", "_", "." (40 at most)')
-        start = raw.get("start")
+        start: Any = raw.get("start")
         if not _number(start) or start < 0:
             raise TraceError(f'{where}: "start" must be a number of hours >= 0, got {start!r}')
         tab = raw.get("tab_open", False)

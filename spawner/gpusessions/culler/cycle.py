@@ -94,6 +94,11 @@ class Culler:
         if not (body.get("nvml") or {}).get("ok"):
             s.gpu_error = (body.get("nvml") or {}).get("error") or "NVML not available"
 
+    async def _busy_again(self, s: Session) -> bool:
+        """Read the session's agent again just before a cull: is its GPU busy now?"""
+        await self._agent(s)
+        return s.gpu_busy_now
+
     async def cycle(self, now: float | None = None) -> list[tuple[Session, Decision]]:
         """One pass: inventory, decisions, actions. Returns what was decided."""
         started = time.monotonic()
@@ -157,6 +162,10 @@ class Culler:
                     else {WARNED_AT: None, CULL_AT: None, CULL_REASON: None}
                 )
                 await self.cluster.annotate(s.namespace, s.claim, values)
+            return
+        if d.action == CULL and not self.policy.dry_run and await self._busy_again(s):
+            # The last look: the GPU's reading may have changed since the cycle read it.
+            self._log("cull-called-off", who, "its GPU is busy again")
             return
         self._log(d.action, who, d.reason)
         if self.policy.dry_run:
