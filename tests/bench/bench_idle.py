@@ -6,7 +6,7 @@
 
 The trace (idletrace.py: every parameter and its default there) is generated from a profile,
 `workday` (8 users, 8 hours, 3 MIG slices, 20 s per simulated hour) or `notebook` (calibrated
-to a production notebook service's published figures: 36 users, 48 hours, 7 MIG slices, 8 s
+to a production notebook service's published figures: 36 users, 48 hours, 7 MIG slices, 6 s
 per simulated hour), or read from a JSON file (`--trace`; `--write-trace` writes the one
 replayed, `--only-write` stops there). The same trace is then replayed, time-compressed
 (`--scale` real seconds per simulated hour), three times through a real JupyterHub +
@@ -564,7 +564,7 @@ def ratio(x: float, y: float) -> float | None:
 
 PROFILE_DEFAULTS = {  # the bench's shape per generated profile: slots and time scale
     "workday": {"slots": 3, "scale": 20.0},
-    "notebook": {"slots": 7, "scale": 8.0},
+    "notebook": {"slots": 7, "scale": 6.0},
 }
 
 
