@@ -473,6 +473,9 @@ class Replay:
                     "busy": busy,
                     "job": job,
                     "lost_hours": round((at - job_since) / self.scale, 3) if job_since else 0.0,
+                    # real seconds the user's current phase had run: under the agent's 2 s sampling
+                    # period the culler cannot have seen that GPU work
+                    "phase_seconds": round(at - before[-1][0], 2) if before else None,
                 }
             )
         return out
