@@ -575,7 +575,7 @@ def build_trace(args: argparse.Namespace) -> tuple[list[Session], float, float, 
     """(trace, span in hours, activity_every, what to record about it)."""
     if args.trace:
         trace = idletrace.load(args.trace)
-        span = args.hours or max(s.start + s.hours for s in trace)
+        span = args.hours or idletrace.span(args.trace) or max(s.start + s.hours for s in trace)
         return trace, span, TraceParams.activity_every, {"file": str(args.trace)}
     over = {"users": args.users, "hours": args.hours or None, "seed": args.seed}
     params = idletrace.params_for(args.profile, **over)
@@ -620,7 +620,7 @@ def main() -> int:
         print(f"bench_idle: bad trace: {e}", file=sys.stderr)
         return 2
     if args.write_trace:
-        idletrace.dump(trace, args.write_trace)
+        idletrace.dump(trace, args.write_trace, span)
         print(f"wrote {len(trace)} sessions to {args.write_trace}", file=sys.stderr)
     if args.only_write:
         return 0

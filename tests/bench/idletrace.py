@@ -285,8 +285,10 @@ class TraceError(ValueError):
     """A trace file that cannot be replayed; the message names the session and the field."""
 
 
-def to_json(trace: list[Session]) -> dict[str, Any]:
+def to_json(trace: list[Session], hours: float | None = None) -> dict[str, Any]:
+    """The JSON document; `hours` (optional) is the span the replay covers (default: the last end)."""
     return {
+        **({"hours": hours} if hours else {}),
         "sessions": [
             {
                 "user": s.user,
@@ -296,12 +298,21 @@ def to_json(trace: list[Session]) -> dict[str, Any]:
                 "phases": [[ph.kind, ph.hours] for ph in s.phases],
             }
             for s in trace
-        ]
+        ],
     }
 
 
-def dump(trace: list[Session], path: Path) -> None:
-    path.write_text(json.dumps(to_json(trace), indent=1) + "\n")
+def dump(trace: list[Session], path: Path, hours: float | None = None) -> None:
+    path.write_text(json.dumps(to_json(trace, hours), indent=1) + "\n")
+
+
+def span(path: Path) -> float | None:
+    """The file's optional "hours": the span to replay (a generated trace's own)."""
+    try:
+        v = json.loads(path.read_text()).get("hours")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(v) if _number(v) and v > 0 else None
 
 
 def _number(v: Any) -> bool:

@@ -92,9 +92,10 @@ def test_a_bad_trace_is_refused_naming_the_session_and_field(change: Any, messag
 def test_a_file_round_trips_and_file_errors_name_the_file(tmp_path: Path) -> None:
     trace = idletrace.generate_notebook(NotebookParams(users=4, hours=12))
     path = tmp_path / "t.json"
-    idletrace.dump(trace, path)
+    idletrace.dump(trace, path, 12.0)
     again = idletrace.load(path)
     assert idletrace.to_json(again) == idletrace.to_json(trace)
+    assert idletrace.span(path) == 12.0  # the replay covers the generated span, not the last end
     path.write_text("{not json")
     with pytest.raises(TraceError, match=r"t\.json: not JSON"):
         idletrace.load(path)
