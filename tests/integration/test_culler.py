@@ -391,7 +391,9 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
         )
         waits.wait_for(lambda: _device(api, namespace, "gpu-ben") == device, 30, "ben to get anna's GPU")
         log = hub.log.read_text()
-        assert log.count(f"warn {namespace}/gpu-anna") == 2
+        assert (
+            log.count(f"warn {namespace}/gpu-anna") >= 2
+        )  # once more if the waiter was not seen for a cycle
         assert log.rindex(f"warn {namespace}/gpu-anna") < log.index(f"cull {namespace}/gpu-anna")
         assert value(_metrics(hub), "gpusessions_culls_total", reason="gpu-idle-contended") == 1
         # The record: the reclaim, its warnings, and the time it gave back ahead of the plain
@@ -403,7 +405,7 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
         with urllib.request.urlopen(req, timeout=30) as r:
             record = json.loads(r.read())["record"]
         row = next(r for r in record["today"]["rows"] if r["profile"] == "solo")
-        assert row["reclaims"] == 1 and row["culls"] == 1 and row["warnings"] == 2, row
+        assert row["reclaims"] == 1 and row["culls"] == 1 and row["warnings"] >= 2, row
         assert 0 < row["reclaimed"] <= 600 / 3600, row
         assert row["idle"] > 0 and row["held"] >= row["idle"], row
         reclaimed = value(
