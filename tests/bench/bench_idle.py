@@ -1,12 +1,17 @@
 """Benchmark: idle reclaim: one session trace replayed with no culling, hub-activity culling, our culler.
 
-    .venv/bin/python tests/bench/bench_idle.py [--users 8] [--slots 3] [--hours 8] [--scale 20]
-        [--seed 1] [--json out.json]
+    .venv/bin/python tests/bench/bench_idle.py [--profile workday|notebook] [--trace FILE]
+        [--write-trace FILE] [--users N] [--hours H] [--slots N] [--scale S] [--seed N]
+        [--policies none,hub-activity,gpusessions] [--json out.json]
 
-A seeded generator writes a day of GPU sessions (see `TraceParams` for every parameter and
-its default). The same trace is then replayed, time-compressed (`--scale` real seconds per
-simulated hour), three times through a real JupyterHub + configurable-http-proxy +
-GPUSessionSpawner on the local cluster (shape small), one hub per policy, in this order:
+The trace (idletrace.py: every parameter and its default there) is generated from a profile,
+`workday` (8 users, 8 hours, 3 MIG slices, 20 s per simulated hour) or `notebook` (calibrated
+to a production notebook service's published figures: 36 users, 48 hours, 7 MIG slices, 6 s
+per simulated hour), or read from a JSON file (`--trace`; `--write-trace` writes the one
+replayed, `--only-write` stops there). The same trace is then replayed, time-compressed
+(`--scale` real seconds per simulated hour), three times through a real JupyterHub +
+configurable-http-proxy + GPUSessionSpawner on the local cluster (shape small), one hub per
+policy, in this order:
 
 - (a) none: no culling at all;
 - (b) hub-activity: jupyterhub-idle-culler itself (PyPI `jupyterhub-idle-culler`) as a hub
@@ -37,7 +42,12 @@ Measured per policy, over the trace's span only (after it the replay stops):
 - GPU-hours held idle: a claim is allocated to the user while they do no GPU work (their
   server stopped or culled while the claim is kept counts too); sampled twice a second;
 - waiting: from wanting a GPU (a session starts, or work resumes after a cull) to the server
-  being ready; a wait still open when the trace ends counts up to the end;
+  being ready; a wait still open when the trace ends counts up to the end; "waiting in all"
+  counts the notebook's start after the allocation at its real length (seconds), which the
+  compression would otherwise inflate to a good part of an hour per start;
+- warnings shown (by the culler's claim annotations) and "Keep my GPU" clicks: a user at the
+  notebook (a `work` or `cpu` phase) who is warned answers with Keep, as the JupyterLab notice
+  offers; a user away does not;
 - lost work: GPU jobs culled while busy (count, and the GPU-hours the job had run).
 """
 
@@ -46,16 +56,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
-import random
+import re
 import signal
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,97 +77,18 @@ from localcluster.hubproc import Hub, free_port, start_hub  # noqa: E402
 from localcluster.kubeapi import KubeAPI  # noqa: E402
 from localcluster.paths import ClusterPaths  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import idletrace  # noqa: E402
+from idletrace import PUBLISHED, Session, TraceError, TraceParams  # noqa: E402
+
+from gpusessions.core.labels import KEEP_UNTIL, WARNED_AT  # noqa: E402
+
 POLICIES = ("none", "hub-activity", "gpusessions")
 LABEL = {
     "none": "(a) no culling",
     "hub-activity": "(b) hub-activity culling",
     "gpusessions": "(c) our culler",
 }
-
-
-# --- the trace ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TraceParams:
-    """Parameters of the generator; times in simulated hours."""
-
-    users: int = 8
-    hours: float = 8.0  # the span of the trace (a working day)
-    arrival_rate: float = 0.25  # sessions per user per hour (Poisson), started before hours - 0.5
-    first_within: float = 2.0  # each user's first session starts uniformly in [0, first_within)
-    active_median: float = 0.5  # interactive GPU work: lognormal, this median ...
-    active_sigma: float = 0.6  # ... and this sigma (of the log)
-    idle_median: float = 0.75  # a pause inside a session (meeting, lunch): lognormal
-    idle_sigma: float = 0.8
-    phases_mean: float = 3.0  # work phases per interactive session: 1 + geometric with this mean
-    batch_share: float = 0.25  # sessions that set up (one work phase) and then run one long GPU job
-    job_median: float = 2.5  # the job's length: lognormal, UI untouched, GPU busy throughout
-    job_sigma: float = 0.5
-    tab_open_share: float = 0.3  # sessions whose tab stays open while idle and after the user leaves
-    stop_share: float = 0.35  # sessions whose user stops the server at the end (the rest walk away)
-    activity_every: float = 0.1  # hub activity reports while at work (or a tab is open): every 6 min
-    seed: int = 3  # its trace is the closest to the nominal shares above (chosen before any replay)
-
-
-@dataclass
-class Phase:
-    kind: str  # "work" (GPU busy, hub activity), "pause" (GPU idle), "job" (GPU busy, no hub activity)
-    hours: float
-
-
-@dataclass
-class Session:
-    user: str
-    start: float
-    kind: str  # "interactive" | "batch"
-    tab_open: bool
-    end: str  # "stop" | "leave"
-    phases: list[Phase] = field(default_factory=list)
-
-
-def generate(p: TraceParams) -> list[Session]:
-    rng = random.Random(p.seed)
-
-    def logn(median: float, sigma: float) -> float:
-        return rng.lognormvariate(math.log(median), sigma)
-
-    out: list[Session] = []
-    for i in range(p.users):
-        user = f"user{i}"
-        t = rng.uniform(0, p.first_within)
-        while t < p.hours - 0.5:
-            kind = "batch" if rng.random() < p.batch_share else "interactive"
-            s = Session(user, round(t, 4), kind, rng.random() < p.tab_open_share, "")
-            s.end = "stop" if rng.random() < p.stop_share else "leave"
-            if kind == "batch":
-                s.phases = [Phase("work", logn(0.25, 0.5)), Phase("job", logn(p.job_median, p.job_sigma))]
-            else:
-                n = 1
-                while rng.random() > 1 / p.phases_mean:
-                    n += 1
-                for k in range(n):
-                    if k:
-                        s.phases.append(Phase("pause", logn(p.idle_median, p.idle_sigma)))
-                    s.phases.append(Phase("work", logn(p.active_median, p.active_sigma)))
-            for ph in s.phases:
-                ph.hours = round(ph.hours, 4)
-            out.append(s)
-            t += sum(ph.hours for ph in s.phases) + rng.expovariate(p.arrival_rate)
-    return sorted(out, key=lambda s: s.start)
-
-
-def trace_summary(trace: list[Session]) -> dict[str, Any]:
-    def hours(kind: str) -> float:
-        return round(sum(ph.hours for s in trace for ph in s.phases if ph.kind == kind), 2)
-
-    return {
-        "sessions": len(trace),
-        "batch_sessions": sum(s.kind == "batch" for s in trace),
-        "tab_open_sessions": sum(s.tab_open for s in trace),
-        "stopped_at_end": sum(s.end == "stop" for s in trace),
-        "gpu_work_hours": round(hours("work") + hours("job"), 2),
-        "job_hours": hours("job"),
-        "pause_hours": hours("pause"),
-    }
 
 
 # --- the hubs ------------------------------------------------------------------------------
@@ -175,6 +105,7 @@ c.KubeSpawner.start_timeout = 3600
 c.KubeSpawner.http_timeout = 120
 c.GPUSessionSpawner.gpu_allocation_timeout = 3600
 c.GPUSessionSpawner.persist_kernels = False
+c.GPUSessionSpawner.gpu_keep_extension = {keep_extension!r}
 c.KubeSpawner.profile_list = [{{
     "display_name": "Bench MIG slice", "slug": "bench-gpu", "default": True,
     "kubespawner_override": {{
@@ -215,10 +146,17 @@ class Limits:
     stopped_keep: float = 1.0  # (c) --stopped-keep: our default, 1 h
     stopped_keep_contended: float = 300 / 3600  # (c) --stopped-keep-contended: our default, 5 min
     gpu_idle: float = 4.0  # (c) --gpu-idle-limit: our default, 4 h
+    gpu_idle_contended: float = 0.5  # (c) --gpu-idle-limit-contended: our default, 30 min
+    keep_extension: float = 4.0  # "Keep my GPU" holds the culler off this long: the spawner's default
 
 
 def hub_config(policy: str, namespace: str, selector: str, limits: Limits, scale: float) -> str:
-    cfg = HUB.format(namespace=namespace, selector=selector, keep=policy == "gpusessions")
+    cfg = HUB.format(
+        namespace=namespace,
+        selector=selector,
+        keep=policy == "gpusessions",
+        keep_extension=limits.keep_extension * scale,
+    )
     if policy == "hub-activity":
         timeout = max(1, round(limits.idle * scale))
         every = max(1, round(limits.cull_every * scale))
@@ -237,6 +175,8 @@ def hub_config(policy: str, namespace: str, selector: str, limits: Limits, scale
             f"{limits.stopped_keep_contended * scale:g}",
             "--gpu-idle-limit",
             f"{limits.gpu_idle * scale:g}",
+            "--gpu-idle-limit-contended",
+            f"{limits.gpu_idle_contended * scale:g}",
             "--orphan-grace",
             "3",
         ]
@@ -250,6 +190,7 @@ class UserState:
     up: bool = False  # the user believes their server runs (set once ready; cleared by a stop or cull)
     gpu: bool = False  # doing GPU work now
     hub: bool = False  # making hub activity now
+    present: bool = False  # at the notebook now (answers a culler's warning with "Keep my GPU")
     job_since: float | None = None  # real time a GPU job started
     uuid: str = ""  # the device of their claim
 
@@ -259,7 +200,8 @@ class Replay:
         self,
         policy: str,
         trace: list[Session],
-        params: TraceParams,
+        span: float,
+        activity_every: float,
         scale: float,
         hub: Hub,
         api: KubeAPI,
@@ -267,9 +209,10 @@ class Replay:
         uuids: dict[tuple[str, str], str],
         load_file: Path,
     ) -> None:
-        self.policy, self.trace, self.p, self.scale = policy, trace, params, scale
+        self.policy, self.trace, self.span, self.scale = policy, trace, span, scale
+        self.activity_every = activity_every
         self.hub, self.api, self.ns, self.uuids, self.load_file = hub, api, namespace, uuids, load_file
-        self.users = sorted({f"user{i}" for i in range(params.users)})
+        self.users = sorted({s.user for s in trace})
         self.state = {u: UserState() for u in self.users}
         self.lock = threading.Lock()
         self.done = threading.Event()
@@ -278,10 +221,15 @@ class Replay:
         self.gpu_seen: dict[str, float] = {}  # when the monitor first saw a starting user's claim allocated
         self.waits: list[dict[str, Any]] = []
         self.culls: list[dict[str, Any]] = []
+        self.warnings: set[tuple[str, str]] = set()  # (user, warned-at) as the claims showed them
+        self.keeps: list[dict[str, Any]] = []  # "Keep my GPU" clicked by a user at the notebook
+        # per user: (wall time, GPU busy, a job) at every change: what a cull took, by its time
+        self.timeline: dict[str, list[tuple[float, bool, bool]]] = {u: [] for u in self.users}
         self.held = self.held_idle = self.held_busy = self.held_starting = 0.0  # simulated GPU-hours
         self.samples = 0
         self.errors: list[str] = []
         self.t0 = 0.0
+        self.wall_t0 = 0.0
         self._load = ""
 
     def sim(self, t: float | None = None) -> float:
@@ -330,20 +278,27 @@ class Replay:
         self, user: str, why: str, want: float, gpu: float | None, ready: float | None
     ) -> dict[str, Any]:
         end = self.sim()
+        gpu_h = (end if gpu is None else self.sim(gpu)) - self.sim(want)
+        # The notebook's start after the allocation is a real duration (seconds), not a simulated
+        # one: compressed it would read as a large fraction of an hour per start.
+        start_s = 0.0 if gpu is None or ready is None else max(0.0, ready - gpu)
         return {
             "user": user,
             "why": why,
             "at": round(self.sim(want), 3),
-            "gpu_hours": round((end if gpu is None else self.sim(gpu)) - self.sim(want), 3),
+            "gpu_hours": round(gpu_h, 3),
             "ready_hours": round((end if ready is None else self.sim(ready)) - self.sim(want), 3),
+            "start_seconds": round(start_s, 1),
+            "total_hours": round(gpu_h + start_s / 3600, 4),
             "censored": ready is None,
             "no_gpu": gpu is None,
         }
 
-    def set(self, user: str, gpu: bool, hub: bool, job: bool = False) -> None:
+    def set(self, user: str, gpu: bool, hub: bool, job: bool = False, present: bool = False) -> None:
         with self.lock:
             st = self.state[user]
-            st.gpu, st.hub = gpu, hub
+            st.gpu, st.hub, st.present = gpu, hub, present
+            self.timeline[user].append((time.time(), gpu, job))
             st.job_since = time.monotonic() if job else None
         self.push_load()
 
@@ -363,7 +318,9 @@ class Replay:
                         return
                     first = False
                     if ph.kind == "work":
-                        self.set(user, True, True)
+                        self.set(user, True, True, present=True)
+                    elif ph.kind == "cpu":
+                        self.set(user, False, True, present=True)
                     elif ph.kind == "job":
                         self.set(user, True, False, job=True)
                     else:
@@ -417,11 +374,12 @@ class Replay:
                             culled.append(
                                 {"user": u, "at": self.sim(now), "busy": st.gpu, "lost_hours": lost}
                             )
-                            st.up = st.gpu = st.hub = False
+                            st.up = st.gpu = st.hub = st.present = False
                             st.job_since = None
                     busy = {u for u, st in self.state.items() if st.up and st.gpu}
                     starting = set(self.starting)
                     ticking = [u for u, st in self.state.items() if st.up and st.hub]
+                    present = {u for u, st in self.state.items() if st.up and st.present}
                 self.culls += culled
                 if culled:
                     self.push_load()
@@ -434,6 +392,15 @@ class Replay:
                     for cl in claims
                     if (cl.get("status") or {}).get("allocation")
                 }
+                for cl in claims:
+                    ann = cl["metadata"].get("annotations") or {}
+                    user = cl["metadata"]["name"].removeprefix("gpu-")
+                    warned = ann.get(WARNED_AT)
+                    if warned and not ann.get(KEEP_UNTIL) and (user, warned) not in self.warnings:
+                        self.warnings.add((user, warned))
+                        if user in present:  # the JupyterLab notice: the user clicks Keep
+                            code, _ = self.hub.api("POST", f"/gpusessions/users/{user}/keep")
+                            self.keeps.append({"user": user, "at": round(self.sim(), 3), "code": code})
                 for user in allocated:
                     self.held += dt
                     if user in busy:
@@ -446,7 +413,7 @@ class Replay:
                     for user in allocated & self.starting:
                         self.gpu_seen.setdefault(user, now)
                 self.samples += 1
-                if now - last_activity >= self.p.activity_every * self.scale:
+                if now - last_activity >= self.activity_every * self.scale:
                     last_activity = now
                     stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
                     for u in ticking:
@@ -460,11 +427,12 @@ class Replay:
         for u in self.users:
             self.hub.api("POST", f"/users/{u}")
         self.t0 = time.monotonic()
+        self.wall_t0 = time.time()
         threads = [threading.Thread(target=self.monitor, daemon=True)]
         threads += [threading.Thread(target=self.run_user, args=(u,), daemon=True) for u in self.users]
         for t in threads:
             t.start()
-        end = self.t0 + self.p.hours * self.scale
+        end = self.t0 + self.span * self.scale
         while time.monotonic() < end:
             time.sleep(min(5.0, max(0.0, end - time.monotonic())))
             print(
@@ -477,10 +445,47 @@ class Replay:
             t.join(30)
         return self.result()
 
+    def culls_by_log(self) -> list[dict[str, Any]]:
+        """Every stop of a user's server by a culler (not by the bench's users), from the hub's
+        request log, at the time the request reached the hub; with what the user did then."""
+        out = []
+        pat = re.compile(
+            r"^\[I (\S+ \S+) .*\] 20[24] DELETE /hub/api/users/([^/]+)/server \(([^@]+)@[^)]*\) ([\d.]+)ms"
+        )
+        for line in self.hub.log.read_text(errors="replace").splitlines():
+            m = pat.match(line)
+            if not m or m.group(3) not in ("gpusessions", "idle-culler"):
+                continue
+            done = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+            at = done - float(m.group(4)) / 1000
+            user = m.group(2)
+            before = [e for e in self.timeline.get(user, []) if e[0] <= at]
+            busy, job = (before[-1][1], before[-1][2]) if before else (False, False)
+            job_since = None
+            for e in reversed(before):  # the job's start: the earliest change of the job's run
+                if not e[2]:
+                    break
+                job_since = e[0]
+            out.append(
+                {
+                    "user": user,
+                    "at": round((at - self.wall_t0) / self.scale, 3),
+                    "busy": busy,
+                    "job": job,
+                    "lost_hours": round((at - job_since) / self.scale, 3) if job_since else 0.0,
+                    # real seconds the user's current phase had run: under the agent's 2 s sampling
+                    # period the culler cannot have seen that GPU work
+                    "phase_seconds": round(at - before[-1][0], 2) if before else None,
+                }
+            )
+        return out
+
     def result(self) -> dict[str, Any]:
-        lost = [c for c in self.culls if c["busy"]]
+        by_log = self.culls_by_log()
+        lost = [c for c in by_log if c["busy"]]
         gpu_waits = [w["gpu_hours"] for w in self.waits]
         ready_waits = [w["ready_hours"] for w in self.waits]
+        starts = [w["start_seconds"] for w in self.waits if not w["censored"] and not w["no_gpu"]]
         return {
             "gpu_hours_held": round(self.held, 3),
             "gpu_hours_held_idle": round(self.held_idle, 3),
@@ -488,16 +493,21 @@ class Replay:
             "gpu_hours_held_starting": round(self.held_starting, 3),
             "wait_for_gpu_hours": round(sum(gpu_waits), 3),
             "wait_for_server_hours": round(sum(ready_waits), 3),
+            "wait_total_hours": round(sum(w["total_hours"] for w in self.waits), 3),
+            "start_seconds_median": round(statistics.median(starts), 1) if starts else 0.0,
             "wait_for_gpu_median": round(statistics.median(gpu_waits), 3) if gpu_waits else 0.0,
             "waits": len(self.waits),
             "waits_after_cull": sum(w["why"] == "after cull" for w in self.waits),
             "waits_never_served": sum(w["no_gpu"] for w in self.waits),
-            "culls": len(self.culls),
+            "culls": len(by_log),
             "culls_of_busy_gpus": len(lost),
+            "culls_noticed_during_work": sum(c["busy"] for c in self.culls),
             "lost_work_gpu_hours": round(sum(c["lost_hours"] for c in lost), 3),
+            "warnings": len(self.warnings),
+            "keeps": len(self.keeps),
             "samples": self.samples,
             "wait_log": self.waits,
-            "cull_log": self.culls,
+            "cull_log": by_log,
             "errors": self.errors[:20],
         }
 
@@ -555,13 +565,39 @@ def ratio(x: float, y: float) -> float | None:
     return round(x / y, 3) if y else None
 
 
+PROFILE_DEFAULTS = {  # the bench's shape per generated profile: slots and time scale
+    "workday": {"slots": 3, "scale": 20.0},
+    "notebook": {"slots": 7, "scale": 6.0},
+}
+
+
+def build_trace(args: argparse.Namespace) -> tuple[list[Session], float, float, dict[str, Any]]:
+    """(trace, span in hours, activity_every, what to record about it)."""
+    if args.trace:
+        trace = idletrace.load(args.trace)
+        span = args.hours or idletrace.span(args.trace) or max(s.start + s.hours for s in trace)
+        return trace, span, TraceParams.activity_every, {"file": str(args.trace)}
+    over = {"users": args.users, "hours": args.hours or None, "seed": args.seed}
+    params = idletrace.params_for(args.profile, **over)
+    return idletrace.generate_any(params), params.hours, params.activity_every, {"params": asdict(params)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--users", type=int, default=TraceParams.users)
-    ap.add_argument("--hours", type=float, default=TraceParams.hours)
-    ap.add_argument("--slots", type=int, default=3, help="GPU slices the users share (1-4)")
-    ap.add_argument("--scale", type=float, default=20.0, help="real seconds per simulated hour")
-    ap.add_argument("--seed", type=int, default=TraceParams.seed)
+    ap.add_argument(
+        "--profile",
+        choices=idletrace.PROFILES,
+        default="workday",
+        help="the generated trace: a working day (8 users, 8 h) or calibrated to published "
+        "notebook use (48 h; see tests/bench/idletrace.py)",
+    )
+    ap.add_argument("--trace", type=Path, help="replay this JSON trace instead of a generated one")
+    ap.add_argument("--write-trace", type=Path, help="write the trace (generated or read) to this file")
+    ap.add_argument("--users", type=int, help="users of the generated trace (profile default)")
+    ap.add_argument("--hours", type=float, help="span in simulated hours (profile default; a file: its end)")
+    ap.add_argument("--slots", type=int, help="GPU slices the users share (1-7; profile default)")
+    ap.add_argument("--scale", type=float, help="real seconds per simulated hour (profile default)")
+    ap.add_argument("--seed", type=int, help="generator seed (profile default)")
     ap.add_argument("--policies", default=",".join(POLICIES), help="a subset, for trying things out")
     ap.add_argument(
         "--gpu-idle-limit",
@@ -569,16 +605,34 @@ def main() -> int:
         default=Limits.gpu_idle,
         help="(c) --gpu-idle-limit in simulated hours (default: our default, 4 h)",
     )
+    ap.add_argument(
+        "--gpu-idle-limit-contended",
+        type=float,
+        default=Limits.gpu_idle_contended,
+        help="(c) --gpu-idle-limit-contended in simulated hours (default: our default, 0.5 h; 0: off)",
+    )
+    ap.add_argument("--only-write", action="store_true", help="write the trace, replay nothing")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    try:
+        trace, span, activity_every, trace_info = build_trace(args)
+    except TraceError as e:
+        print(f"bench_idle: bad trace: {e}", file=sys.stderr)
+        return 2
+    if args.write_trace:
+        idletrace.dump(trace, args.write_trace, span)
+        print(f"wrote {len(trace)} sessions to {args.write_trace}", file=sys.stderr)
+    if args.only_write:
+        return 0
+    shape = PROFILE_DEFAULTS["notebook" if args.trace or args.profile == "notebook" else "workday"]
+    args.slots = args.slots or int(shape["slots"])
+    args.scale = args.scale or shape["scale"]
     try:
         import jupyterhub_idle_culler  # noqa: F401
     except ImportError:
         print("needs jupyterhub-idle-culler: .venv/bin/pip install jupyterhub-idle-culler", file=sys.stderr)
         return 2
-    params = TraceParams(users=args.users, hours=args.hours, seed=args.seed)
-    limits = Limits(gpu_idle=args.gpu_idle_limit)
-    trace = generate(params)
+    limits = Limits(gpu_idle=args.gpu_idle_limit, gpu_idle_contended=args.gpu_idle_limit_contended)
     policies = [p for p in args.policies.split(",") if p]
 
     paths = ClusterPaths.default()
@@ -587,8 +641,13 @@ def main() -> int:
     api = KubeAPI.from_kubeconfig(paths.kubeconfig)
     slices = static_slices(api)
     # Prefer the small slices (1g.10gb first) so that every policy sees the same devices.
-    chosen = sorted(slices, key=lambda s: (s[4], int(s[3].split("g")[0] or 0), s[1]))[: args.slots]
-    if len(chosen) < args.slots or len({c[4] for c in chosen}) > 1:
+    ordered = sorted(slices, key=lambda s: (s[4], int(s[3].split("g")[0] or 0), s[1]))
+    counts: dict[str, int] = {}
+    for s in ordered:
+        counts[s[4]] = counts.get(s[4], 0) + 1
+    parents = [par for par, n in counts.items() if n >= args.slots]
+    chosen = [s for s in ordered if parents and s[4] == parents[0]][: args.slots]
+    if len(chosen) < args.slots:
         raise SystemExit(f"--slots {args.slots}: this cluster has no GPU with that many static MIG slices")
     uuids = {(pool, dev): uuid for pool, dev, uuid, _, _ in slices}
     listed = ", ".join(repr(c[2]) for c in chosen)
@@ -609,7 +668,9 @@ def main() -> int:
             print(f"{LABEL[policy]}: replaying {len(trace)} sessions ...", file=sys.stderr)
             hub = start_hub(hub_config(policy, ns, selector, limits, args.scale), work / policy)
             try:
-                replay = Replay(policy, trace, params, args.scale, hub, api, ns, uuids, load_file)
+                replay = Replay(
+                    policy, trace, span, activity_every, args.scale, hub, api, ns, uuids, load_file
+                )
                 results[policy] = replay.run()
             finally:
                 stop_hub(hub)
@@ -623,19 +684,38 @@ def main() -> int:
         if started:
             lc.down(paths)
 
-    cmd = (
-        f"tests/bench/bench_idle.py --users {args.users} --hours {args.hours:g} --slots {args.slots} "
-        f"--scale {args.scale:g} --seed {args.seed}"
-        + (f" --gpu-idle-limit {args.gpu_idle_limit:g}" if args.gpu_idle_limit != Limits.gpu_idle else "")
+    cmd = "tests/bench/bench_idle.py " + " ".join(
+        f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}"
+        for k, v in (
+            ("trace", args.trace),
+            ("profile", None if args.trace else args.profile),
+            ("users", args.users),
+            ("hours", args.hours),
+            ("seed", args.seed),
+            ("slots", args.slots),
+            ("scale", args.scale),
+            ("gpu_idle_limit", args.gpu_idle_limit if args.gpu_idle_limit != Limits.gpu_idle else None),
+            (
+                "gpu_idle_limit_contended",
+                args.gpu_idle_limit_contended
+                if args.gpu_idle_limit_contended != Limits.gpu_idle_contended
+                else None,
+            ),
+            ("policies", args.policies if args.policies != ",".join(POLICIES) else None),
+        )
+        if v is not None
     )
+    summary = idletrace.trace_summary(trace, span)
     out: dict[str, Any] = {
         "command": cmd,
         "date": time.strftime("%Y-%m-%d"),
-        "params": asdict(params),
+        **trace_info,
+        "span_hours": span,
         "limits_hours": asdict(limits),
         "slots": [f"{c[1]} ({c[3]})" for c in chosen],
         "scale_seconds_per_hour": args.scale,
-        "trace": trace_summary(trace),
+        "trace": summary,
+        "published": {k: v for k, v in PUBLISHED.items() if k in summary},
         "policies": results,
     }
     ratios: dict[str, dict[str, float | None]] = {}
@@ -648,6 +728,7 @@ def main() -> int:
                     "gpu_hours_held_idle",
                     "wait_for_gpu_hours",
                     "wait_for_server_hours",
+                    "wait_total_hours",
                     "lost_work_gpu_hours",
                 )
             }
@@ -663,18 +744,29 @@ def main() -> int:
         ("wait_for_gpu_hours", "user waiting for a GPU, hours in all"),
         ("wait_for_gpu_median", "user waiting for a GPU, median per wait (h)"),
         ("wait_for_server_hours", "user waiting until the server is ready, hours in all"),
+        ("wait_total_hours", "user waiting in all: for a GPU + the notebook's start at its real length (h)"),
+        ("start_seconds_median", "the notebook's start after the allocation, median (real seconds)"),
         ("waits", "waits (session starts and restarts after a cull)"),
         ("waits_after_cull", "of which restarts after a cull"),
         ("waits_never_served", "waits still without a GPU at the end of the day"),
         ("culls", "servers culled"),
-        ("culls_of_busy_gpus", "culled while the GPU was in use"),
+        ("culls_of_busy_gpus", "culled while the GPU was in use (at the stop request)"),
+        (
+            "culls_noticed_during_work",
+            "culls the user noticed only while at GPU work (up to a monitor poll late)",
+        ),
         ("lost_work_gpu_hours", "lost work (GPU-hours of culled jobs)"),
+        ("warnings", "warnings shown"),
+        ("keeps", "of which answered with Keep by a user at the notebook"),
     )
     for key, label in rows:
         print(f"| {label} | " + " | ".join(f"{r[key]:g}" for r in results.values()) + " |")
     if ratios:
-        print("\n| ratio | GPU-hours held idle | waiting for a GPU | waiting until ready | lost work |")
-        print("|---|---|---|---|---|")
+        print(
+            "\n| ratio | GPU-hours held idle | waiting for a GPU | waiting until ready "
+            "| waiting in all | lost work |"
+        )
+        print("|---|---|---|---|---|---|")
         for name, r in ratios.items():
             cells = ["-" if v is None else f"{v:.2f}" for v in r.values()]
             print(f"| {name} | " + " | ".join(cells) + " |")

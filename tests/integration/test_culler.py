@@ -17,7 +17,7 @@ from localcluster.hubproc import Hub, free_port, start_hub
 from localcluster.kubeapi import KubeAPI
 from promtext import value
 
-from .hubtools import GPU_HUB_CONFIG, process_env, spawn, start, stop
+from .hubtools import GPU_HUB_CONFIG, process_env, server_model, spawn, start, stop
 
 pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
@@ -323,5 +323,96 @@ def test_a_kept_gpu_goes_to_a_waiting_user_after_the_short_keep(
         assert f"warn {namespace}/gpu-anna (anna/): stopped" in log and why in log
         assert log.index(f"warn {namespace}/gpu-anna") < log.index(f"release {namespace}/gpu-anna")
         assert value(_metrics(hub), "gpusessions_culls_total", reason="stopped-contended") == 1
+    finally:
+        hub.stop()
+
+
+def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_keep(
+    api: KubeAPI, namespace: str, tmp_path: Path, load_file: Path
+) -> None:
+    """anna runs on the only device of the size "solo", her tab open; ben waits for that size.
+    While anna's GPU is busy nothing happens; once it is idle past --gpu-idle-limit-contended
+    she is warned (the notice she would see in JupyterLab), clicks Keep, and keeps it; when the
+    keep runs out and her GPU is still idle she is warned again, culled, and ben gets the GPU."""
+    uuid, parent = _static_slice(api, "2g.20gb")
+    selector = (
+        f"device.attributes['gpu.nvidia.com'].parentUUID == {parent!r} && "
+        f"device.attributes['gpu.nvidia.com'].uuid == {uuid!r}"
+    )
+    solo = (
+        'EXTRA.append({"display_name": "The one 2g.20gb slice", "slug": "solo", "kubespawner_override": '
+        f'{{"gpu_device_class": "mig.nvidia.com", "gpu_selectors": [{selector!r}]}}}})\n'
+        "c.GPUSessionSpawner.gpu_keep_extension = 8\n"
+    )
+    args = (
+        "--idle-limit",
+        "600",
+        "--gpu-idle-limit",
+        "600",
+        "--gpu-idle-limit-contended",
+        "4",
+        "--warn-before",
+        "2",
+    )
+    hub = culler_hub(namespace, tmp_path / "hub", args=args, config=solo)
+    try:
+        spawn(hub, "anna", {"profile": "solo"})
+        device = _device(api, namespace, "gpu-anna")
+        anna_gpu = process_env(api, namespace, "gpu-holder-anna")["DEVCLUSTER_CDI_DEVICES"]
+        load_file.write_text(json.dumps({anna_gpu: {"activity": 90, "processes": 1}}))
+        code, body = start(hub, "ben", {"profile": "solo"})
+        assert code in (201, 202), (code, body)
+        waits.wait_for(lambda: sessions(hub).get("gpu-ben", {}).get("state") == "starting", 30, "ben to wait")
+        assert _device(api, namespace, "gpu-ben") is None  # no device for him: he waits
+
+        def warned() -> list[dict[str, Any]]:
+            code, body = hub.api("GET", "/gpusessions/users/anna/warnings")
+            assert code == 200, body
+            return body["warnings"]
+
+        time.sleep(8)  # twice the contended limit: anna's GPU is busy, so it is not taken
+        assert not warned() and _device(api, namespace, "gpu-anna") == device
+        load_file.write_text("{}")  # anna's GPU goes idle (her tab stays open)
+        first = waits.wait_for(warned, 30, "anna to be warned", lambda: hub.log.read_text()[-3000:])
+        assert "while 1 user waits for" in first[0]["reason"], first
+        code, body = hub.api("POST", "/gpusessions/users/anna/keep")  # "Keep my GPU"
+        assert code == 200, body
+        time.sleep(5)  # within the keep: anna keeps her GPU, ben still waits
+        assert _device(api, namespace, "gpu-anna") == device and not warned()
+        assert _device(api, namespace, "gpu-ben") is None
+        # The keep runs out: warned again (and shown again: the expired keep no longer hides it).
+        again = waits.wait_for(warned, 30, "anna's second warning", lambda: hub.log.read_text()[-3000:])
+        assert "while 1 user waits for" in again[0]["reason"], again
+        waits.wait_for(
+            lambda: _claim_gone(api, namespace, "gpu-anna"),
+            60,
+            "anna's idle GPU to be reclaimed for ben after her keep ran out",
+            lambda: hub.log.read_text()[-3000:],
+        )
+        waits.wait_for(lambda: _device(api, namespace, "gpu-ben") == device, 30, "ben to get anna's GPU")
+        log = hub.log.read_text()
+        assert (
+            log.count(f"warn {namespace}/gpu-anna") >= 2
+        )  # once more if the waiter was not seen for a cycle
+        assert log.rindex(f"warn {namespace}/gpu-anna") < log.index(f"cull {namespace}/gpu-anna")
+        assert value(_metrics(hub), "gpusessions_culls_total", reason="gpu-idle-contended") == 1
+        # The record: the reclaim, its warnings, and the time it gave back ahead of the plain
+        # 600 s limits (a size given by device selectors reads as one GPU-equivalent per device),
+        # on the admin page's JSON and in /metrics.
+        req = urllib.request.Request(
+            hub.url + "/services/gpusessions/api/sessions", headers={"Authorization": f"token {hub.token}"}
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            record = json.loads(r.read())["record"]
+        row = next(r for r in record["today"]["rows"] if r["profile"] == "solo")
+        assert row["reclaims"] == 1 and row["culls"] == 1 and row["warnings"] >= 2, row
+        assert 0 < row["reclaimed"] <= 600 / 3600, row
+        assert row["idle"] > 0 and row["held"] >= row["idle"], row
+        reclaimed = value(
+            _metrics(hub), "gpusessions_gpu_hours", kind="reclaimed", window="today", profile="solo", queue=""
+        )
+        assert reclaimed and reclaimed > 0
+        m = server_model(hub, "anna")
+        assert not (m and m.get("ready")), m  # her server was stopped with the GPU
     finally:
         hub.stop()

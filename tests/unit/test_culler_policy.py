@@ -196,6 +196,9 @@ def test_metrics_carry_the_queue_and_escape_label_values() -> None:
     c.history = History()  # what the metrics of the record read (an empty record)
     c.sessions = [running(queue="team-a"), running(claim="gpu-b", queue="team-a"), running(profile='x"y')]
     c.actions, c.culls, c.idle_gpu_seconds, c.cycles = {}, {}, {'x"y': 2.0}, 1
+    from gpusessions.culler.history import History
+
+    c.history = History(None)  # the record (main's metrics read it)
     text = c.metrics()
     assert value(text, "gpusessions_held_gpus", state="running", profile="", queue="team-a") == 2
     assert 'profile="x\\"y"' in text  # escaped as the text format asks
@@ -419,3 +422,104 @@ def test_the_size_in_words_comes_from_the_claim_spec() -> None:
         s = join([claim], [], [])[0][0]
         assert (s.request, s.size) == (req.hash(), req.describe())
     assert describe_spec({}) == ""
+
+
+# --- reclaim of an idle running GPU while someone waits for its size (gpu_idle_limit_contended) ---
+def idle_running(user: str = "a", idle_since: float = T0, **kw: object) -> Session:
+    base: dict[str, object] = dict(
+        claim=f"gpu-{user}",
+        user=user,
+        profile="mig-1g-10gb",
+        request="h1g",
+        size="MIG 1g.10gb",
+        gpu=gpu(last_busy=idle_since),
+        notebook_last_activity=T0 + 10 * H,  # an open tab: the hub sees activity all along
+    )
+    base.update(kw)
+    return running(**base)
+
+
+CONTENDED = Policy(
+    Rules(idle_limit=2 * H, gpu_idle_limit=4 * H, gpu_idle_limit_contended=1800, warn_before=900)
+)
+
+
+def test_an_idle_gpu_is_reclaimed_sooner_only_while_someone_waits_for_its_size() -> None:
+    s = idle_running()
+    now = T0 + 1200  # GPU idle 20 min: past the warning lead of the 30 min contended limit
+    mark_contention([s], now)
+    assert s.waiters == 0
+    assert decide(s, now, CONTENDED).action == NONE  # nobody waits: the 4 h GPU-idle limit applies
+    w = waiter()
+    mark_contention([s, w], now)
+    assert s.waiters == 1
+    d = decide(s, now, CONTENDED)
+    assert d.action == WARN and d.rule == "gpu-idle-contended"
+    assert d.at == T0 + 1800 + 300  # the warning stands its full 15 min
+    assert "GPU idle for 20 min while 1 user waits for MIG 1g.10gb" in d.reason
+    s.warned_at = now
+    assert decide(s, T0 + 2099, CONTENDED).action == NONE
+    d = decide(s, T0 + 2100, CONTENDED)
+    assert d.action == CULL and d.rule == "gpu-idle-contended"
+
+
+def test_a_busy_gpu_is_never_reclaimed_for_a_waiter() -> None:
+    s = idle_running(gpu=[{"uuid": "MIG-x", "busy": True, "last_busy": T0 + 5 * H}])
+    w = waiter()
+    mark_contention([s, w], T0 + 5 * H)
+    assert s.waiters == 0
+    s.waiters = 1  # even if marked: a busy GPU has no idle time
+    assert decide(s, T0 + 5 * H, CONTENDED).action == NONE
+
+
+def test_a_gpu_without_a_reading_is_not_reclaimed_for_a_waiter() -> None:
+    s = idle_running(gpu=[{"uuid": "MIG-x", "busy": False, "last_busy": T0, "error": "NVML gone"}])
+    mark_contention([s, waiter()], T0 + H)
+    assert s.waiters == 0 and decide(s, T0 + H, CONTENDED).action == NONE
+    s = idle_running(gpu=[], gpu_error="agent unreachable")
+    mark_contention([s, waiter()], T0 + H)
+    assert decide(s, T0 + H, CONTENDED).action == NONE
+
+
+def test_a_kept_gpu_serves_the_waiter_before_a_running_one_is_reclaimed() -> None:
+    kept = stopped(claim="gpu-k", user="k", profile="mig-1g-10gb", request="h1g")
+    s = idle_running()
+    mark_contention([kept, s, waiter()], T0 + H)
+    assert kept.waiters == 1 and s.waiters == 0
+    mark_contention([kept, s, waiter(), waiter("c")], T0 + H)  # a second waiter: the running one too
+    assert kept.waiters == 2 and s.waiters == 2
+
+
+def test_one_waiter_costs_one_idle_gpu_the_one_idle_longest() -> None:
+    a = idle_running("a", idle_since=T0 + 600)
+    b = idle_running("b2", idle_since=T0)
+    c = idle_running("c", idle_since=T0 + 300, request="h3g")  # another size
+    mark_contention([a, b, c, waiter()], T0 + H)
+    assert (a.waiters, b.waiters, c.waiters) == (0, 1, 0)
+
+
+def test_an_exempt_session_is_not_reclaimed_and_does_not_use_up_a_waiter() -> None:
+    a = idle_running("a", idle_since=T0, keep_until=T0 + 5 * H)
+    b = idle_running("b2", idle_since=T0 + 600)
+    mark_contention([a, b, waiter()], T0 + H)
+    assert (a.waiters, b.waiters) == (0, 1)
+    assert decide(a, T0 + H, CONTENDED).action == NONE
+
+
+def test_the_warning_is_lifted_when_the_waiter_goes_away_or_the_gpu_works_again() -> None:
+    s = idle_running(warned_at=T0 + 1200)
+    mark_contention([s], T0 + 1500)
+    assert decide(s, T0 + 1500, CONTENDED).action == UNWARN
+    s = idle_running(warned_at=T0 + 1200, gpu=gpu(busy=True, last_busy=T0 + 1500))
+    mark_contention([s, waiter()], T0 + 1500)
+    assert decide(s, T0 + 1500, CONTENDED).action == UNWARN
+
+
+def test_contended_gpu_idle_limit_off_or_per_profile() -> None:
+    off = Policy(Rules(gpu_idle_limit=4 * H, gpu_idle_limit_contended=0))
+    s = idle_running()
+    mark_contention([s, waiter()], T0 + H)
+    assert decide(s, T0 + H, off).action == NONE
+    per = Policy(CONTENDED.rules, per_profile={"mig-1g-10gb": {"gpu_idle_limit_contended": 7200}})
+    assert decide(s, T0 + H, per).action == NONE
+    assert decide(s, T0 + 2 * H, per).action == WARN

@@ -84,6 +84,11 @@ class CullerApp(Application):
     gpu_idle_limit = _rule(
         "gpu_idle_limit", "cull after the GPU alone was idle this long, even with notebook activity (0: off)"
     )
+    gpu_idle_limit_contended = _rule(
+        "gpu_idle_limit_contended",
+        "cull after the GPU alone was idle this long while another user waits for that GPU size "
+        "and no kept GPU serves them (0: off)",
+    )
     max_age = _rule("max_age", "end any session this old (0: off)")
     warn_before = _rule("warn_before", "warn this long before a cull")
     orphan_grace = _rule("orphan_grace", "release orphan claims this old")
@@ -108,6 +113,7 @@ class CullerApp(Application):
         "stopped-keep-contended": "CullerApp.stopped_keep_contended",
         "idle-limit": "CullerApp.idle_limit",
         "gpu-idle-limit": "CullerApp.gpu_idle_limit",
+        "gpu-idle-limit-contended": "CullerApp.gpu_idle_limit_contended",
         "max-age": "CullerApp.max_age",
         "warn-before": "CullerApp.warn_before",
         "orphan-grace": "CullerApp.orphan_grace",

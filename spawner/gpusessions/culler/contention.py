@@ -9,7 +9,11 @@ annotation alone is empty for a spawn without options (the default profile), and
 DeviceClass alone is too coarse (`mig.nvidia.com` covers every MIG size).
 
 Only as many stopped sessions as there are waiters for their request are marked contended,
-those stopped longest first: one waiter does not cost three users their kept GPUs.
+those stopped longest first: one waiter does not cost three users their kept GPUs. Waiters
+left over after the kept GPUs mark running sessions of the same request whose GPU is idle
+(no busy reading from a reliable agent), those idle longest first: the policy may reclaim
+them after `gpu_idle_limit_contended`. A session exempt ("keep until") or with a busy GPU
+is never marked.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 
 from gpusessions.culler.model import Session
+from gpusessions.culler.policy import gpu_idle_since
 
 
 def request_key(s: Session) -> str:
@@ -49,11 +54,31 @@ def _kept(s: Session, now: float) -> bool:
     )
 
 
+def _running(s: Session, now: float) -> bool:
+    """A running server's GPU that the culler may reclaim (not exempt, not going already)."""
+    return (
+        s.hub_server
+        and s.running
+        and not s.pending
+        and s.allocated
+        and not s.deleting
+        and not s.node_gone
+        and (s.keep_until is None or s.keep_until <= now)
+    )
+
+
 def mark_contention(sessions: list[Session], now: float) -> Counter[str]:
     """Set `waiters` on the stopped sessions whose GPU a waiter could use; returns waiters by request."""
     waiters = Counter(request_key(s) for s in sessions if is_waiter(s))
     left = Counter(waiters)
     for s in sorted((s for s in sessions if _kept(s, now)), key=lambda s: s.stopped_since or 0.0):
+        s.waiters = 0
+        key = request_key(s)
+        if key and left[key] > 0:
+            left[key] -= 1
+            s.waiters = waiters[key]
+    idle = [(since, s) for s in sessions if _running(s, now) and (since := gpu_idle_since(s)) is not None]
+    for _since, s in sorted(idle, key=lambda x: x[0]):
         s.waiters = 0
         key = request_key(s)
         if key and left[key] > 0:

@@ -18,7 +18,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from gpusessions.core.claims import AGENT_PORT
 from gpusessions.culler.contention import mark_contention
-from gpusessions.culler.history import History
+from gpusessions.culler.history import History, session_equivalent
 from gpusessions.culler.hub import HubAPI
 from gpusessions.culler.kube import ClusterSide
 from gpusessions.culler.metrics import exposition
@@ -46,6 +46,7 @@ from gpusessions.culler.policy import (
     Policy,
     decide,
 )
+from gpusessions.culler.summary import reclaimed_seconds
 
 log = logging.getLogger("gpusessions.culler")
 Obj = dict[str, Any]
@@ -92,6 +93,11 @@ class Culler:
         s.kernels_error = body.get("kernels_error")
         if not (body.get("nvml") or {}).get("ok"):
             s.gpu_error = (body.get("nvml") or {}).get("error") or "NVML not available"
+
+    async def _busy_again(self, s: Session) -> bool:
+        """Read the session's agent again just before a cull: is its GPU busy now?"""
+        await self._agent(s)
+        return s.gpu_busy_now
 
     async def cycle(self, now: float | None = None) -> list[tuple[Session, Decision]]:
         """One pass: inventory, decisions, actions. Returns what was decided."""
@@ -157,16 +163,25 @@ class Culler:
                 )
                 await self.cluster.annotate(s.namespace, s.claim, values)
             return
+        if d.action == CULL and not self.policy.dry_run and await self._busy_again(s):
+            # The last look: the GPU's reading may have changed since the cycle read it.
+            self._log("cull-called-off", who, "its GPU is busy again")
+            return
         self._log(d.action, who, d.reason)
         if self.policy.dry_run:
             return
+        self._record(s, d, now)
         if d.action == WARN:
-            # What the user reads on the hub home page (and can answer with "keep").
-            await self.cluster.annotate(
-                s.namespace,
-                s.claim,
-                {WARNED_AT: str(now), CULL_AT: str(d.at or now), CULL_REASON: d.reason[:200]},
-            )
+            # What the user reads on the hub home page (and can answer with "keep"). A keep that
+            # ran out goes: the hub hides the warnings of a kept session.
+            warning: dict[str, str | None] = {
+                WARNED_AT: str(now),
+                CULL_AT: str(d.at or now),
+                CULL_REASON: d.reason[:200],
+            }
+            if s.keep_until is not None:
+                warning[KEEP_UNTIL] = None
+            await self.cluster.annotate(s.namespace, s.claim, warning)
         elif d.action == CULL:
             self.culls[d.rule or "idle"] += 1
             await self.hub.stop_server(s.user or "", s.server or "")
@@ -179,6 +194,18 @@ class Culler:
         elif d.action in (RELEASE, ORPHAN):
             self.culls[(d.rule or "stopped") if d.action == RELEASE else "orphan"] += 1
             await self.cluster.release(s.namespace, s.claim, s.holder)
+
+    def _record(self, s: Session, d: Decision, now: float) -> None:
+        """Warnings, culls and reclaimed time into the record (the admin page and metrics read it)."""
+        if d.action == WARN:
+            self.history.add(now, s.profile, s.queue, warnings=1)
+            return
+        amounts = {"culls": 1.0}
+        ahead = reclaimed_seconds(s, d, now, self.policy.for_profile(s.profile))
+        if d.rule in ("gpu-idle-contended", "stopped-contended"):
+            amounts["reclaims"] = 1.0
+            amounts["reclaimed"] = ahead * session_equivalent(s)
+        self.history.add(now, s.profile, s.queue, **amounts)
 
     def describe(self, now: float | None = None) -> list[Obj]:
         now = time.time() if now is None else now
@@ -237,6 +264,7 @@ class Culler:
             return False
         self._log("release-by-admin", s.key, "released from the admin page")
         self.culls["admin"] += 1
+        self.history.add(time.time(), s.profile, s.queue, culls=1)
         if s.running:
             await self.hub.stop_server(s.user or "", s.server or "")
         await self.cluster.release(namespace, claim, s.holder)

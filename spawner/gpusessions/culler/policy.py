@@ -12,6 +12,10 @@
   that long is culled even though the notebook shows activity (a tab left
   open keeps reporting activity to the hub). A busy GPU, or one whose agent
   does not answer, is never culled by it.
+- `gpu_idle_limit_contended` (0: off): the same, only this long, while another
+  user waits for a GPU of the same request and no kept GPU of a stopped server
+  serves that waiter (see contention.py: one idle session per waiter, the one
+  idle longest); its warning stands at least min(warn_before, the limit).
 - `max_age` (0: off) ends any session that old.
 - Every cull is announced first: a warning at least `warn_before` seconds
   before it; activity after the warning clears it.
@@ -51,6 +55,7 @@ class Rules:
     orphan_grace: float = 300.0
     stopped_keep_contended: float = 300.0
     gpu_idle_limit: float = 14400.0
+    gpu_idle_limit_contended: float = 1800.0
 
     def merged(self, override: dict[str, Any]) -> Rules:
         known = {f.name for f in dataclasses.fields(self)}
@@ -95,7 +100,7 @@ def _idle_since(s: Session) -> float | None:
     return max(marks) if marks else None
 
 
-def _gpu_idle_since(s: Session) -> float | None:
+def gpu_idle_since(s: Session) -> float | None:
     """Since when the GPU alone has been idle (None: busy now, or no reliable reading)."""
     if s.gpu_busy_now or not s.gpu_known or any(d.get("error") for d in s.gpu):
         return None
@@ -133,16 +138,30 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         idle = _idle_since(s)
         if idle is not None:
             deadline, why, rule = idle + r.idle_limit, f"notebook and GPU idle for {_dur(now - idle)}", "idle"
-        gpu_idle = _gpu_idle_since(s) if r.gpu_idle_limit > 0 else None
-        if gpu_idle is not None and (deadline is None or gpu_idle + r.gpu_idle_limit < deadline):
+        gpu_idle = gpu_idle_since(s)
+        if (
+            gpu_idle is not None
+            and r.gpu_idle_limit > 0
+            and (deadline is None or gpu_idle + r.gpu_idle_limit < deadline)
+        ):
             why = f"GPU idle for {_dur(now - gpu_idle)}"
             nb = s.notebook_last_activity
             if nb is not None and nb > gpu_idle:
                 why += f" although the notebook was active {_dur(now - nb)} ago"
             deadline, rule = gpu_idle + r.gpu_idle_limit, "gpu-idle"
+        limit = r.gpu_idle_limit_contended
+        if (
+            gpu_idle is not None
+            and s.waiters
+            and limit > 0
+            and (deadline is None or gpu_idle + limit < deadline)
+        ):
+            size = s.size or s.profile or "this size"
+            why = f"GPU idle for {_dur(now - gpu_idle)} while {_users(s.waiters)} for {size}"
+            deadline, rule, lead = gpu_idle + limit, "gpu-idle-contended", min(r.warn_before, limit)
         if r.max_age > 0 and s.created is not None and (deadline is None or s.created + r.max_age < deadline):
             deadline, why = s.created + r.max_age, f"older than the maximum age ({_dur(r.max_age)})"
-            rule = "max-age"
+            rule, lead = "max-age", r.warn_before
         final = CULL
     else:
         if s.stopped_since is None:
@@ -157,7 +176,11 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         deadline = s.stopped_since + keep
         final = RELEASE
 
-    again = "active again" if s.running else "no longer due (nobody waits for this size now)"
+    again = (
+        "active again (or nobody waits for this size now)"
+        if s.running
+        else "no longer due (nobody waits for this size now)"
+    )
     if deadline is None:
         if s.warned_at is not None:
             return Decision(UNWARN, again)

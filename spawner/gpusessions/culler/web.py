@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from jupyterhub.utils import url_path_join
 from tornado import web
 
+from gpusessions.culler import summary
 from gpusessions.culler.cycle import Culler
 from gpusessions.culler.hubconfig import ADMIN_SCOPE
 from gpusessions.culler.metrics import CONTENT_TYPE
@@ -106,6 +108,8 @@ class PageHandler(_Admin):
             dry_run=self.culler.policy.dry_run,
             xsrf=xsrf,
             xsrf_token=xsrf,
+            record=summary.record(self.culler.history, time.time()),
+            policy=summary.policy(self.culler.policy),
         )
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.write(html)
@@ -140,6 +144,8 @@ class SessionsHandler(_Admin):
                     "last_cycle": iso(self.culler.last_cycle),
                     "dry_run": self.culler.policy.dry_run,
                     "error": self.culler.last_error,
+                    "record": summary.record(self.culler.history, time.time()),
+                    "policy": summary.policy(self.culler.policy),
                 }
             )
         )
