@@ -55,14 +55,15 @@ def test_job_with_gpu_is_valid_and_queued() -> None:
     c = ps["containers"][0]
     assert c["image"] == SETTINGS.image
     assert c["resources"]["claims"] == [{"name": "gpu"}]
-    assert c["command"][:5] == [
+    assert c["command"][:4] == ["sh", "-c", 'mkdir -p "$0" && exec "$@"', "jobs/abc123def456"]
+    assert c["command"][4:9] == [
         "papermill",
         "work/train.ipynb",
         "jobs/abc123def456/train.ipynb",
         "--cwd",
         "work",
     ]
-    assert json.loads(c["command"][6]) == {"epochs": 3, "lr": 0.1, "tag": "x"}
+    assert json.loads(c["command"][10]) == {"epochs": 3, "lr": 0.1, "tag": "x"}
     assert {"name": "TEAM", "value": "a"} in c["env"]
     assert c["volumeMounts"] == [{"name": "home", "mountPath": "/home/jovyan"}]
     assert ps["volumes"][0]["persistentVolumeClaim"]["claimName"] == "claim-alice"
@@ -88,7 +89,7 @@ def test_cpu_job_has_no_claim_and_several_workers_are_one_gang() -> None:
     assert two["metadata"]["annotations"][J.MIN_MEMBER_ANNOTATION] == "2"
     assert two["spec"]["completions"] == two["spec"]["parallelism"] == 2
     assert two["spec"]["completionMode"] == "Indexed"
-    assert two["spec"]["template"]["spec"]["containers"][0]["command"][2] == (
+    assert two["spec"]["template"]["spec"]["containers"][0]["command"][6] == (
         "jobs/abcdefgh/train.worker-$(JOB_COMPLETION_INDEX).ipynb"
     )
 
@@ -97,7 +98,11 @@ def test_claim_template_is_valid_and_labelled() -> None:
     t = J.build_claim_template("abc123def456", "ns", "alice", MIG, {"kai.scheduler/queue": "team-a"})
     kubernetes_validate.validate(t, K8S, strict=True)
     assert t["spec"]["spec"] == MIG.spec()
-    assert t["spec"]["metadata"]["labels"]["kai.scheduler/queue"] == "team-a"
+    assert t["metadata"]["labels"]["kai.scheduler/queue"] == "team-a"
+    # Its claims are neither the culler's sessions nor counted in the hub's team quota.
+    claim_labels = t["spec"]["metadata"]["labels"]
+    assert L.MANAGED_BY not in claim_labels and "kai.scheduler/queue" not in claim_labels
+    assert claim_labels[J.JOB_ID_LABEL] == "abc123def456"
     assert t["metadata"]["labels"][L.COMPONENT] == "job-claim"
     assert t["metadata"]["labels"][L.NOTEBOOK_COMPONENT] == "job"
 
@@ -193,3 +198,14 @@ def test_owned_by_user_uses_the_exact_name() -> None:
     assert J.owned_by_user(job, "alice")
     assert not J.owned_by_user(job, "Alice")
     assert not J.owned_by_user(job, "bob")
+
+
+def test_gpu_seconds_count_preempted_runs() -> None:
+    def pod(state: dict) -> dict:
+        return {"status": {"containerStatuses": [{"name": "notebook", "state": state}]}}
+
+    ended = pod({"terminated": {"startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:01:40Z"}})
+    running = pod({"running": {"startedAt": "2026-01-01T00:10:00Z"}})
+    now = 1767225600.0 + 600 + 50  # 00:10:50
+    assert J.gpu_seconds([ended, running], 2, now) == (100 + 50) * 2
+    assert J.gpu_seconds([pod({"waiting": {}})], 1, now) == 0

@@ -239,7 +239,9 @@ def build_job(
     container: Obj = {
         "name": CONTAINER,
         "image": settings.image,
-        "command": papermill_argv(request, job_id, settings.papermill),
+        # papermill does not make the output folder: a shell makes it, then becomes papermill.
+        "command": ["sh", "-c", 'mkdir -p "$0" && exec "$@"', output_dir(job_id)]
+        + papermill_argv(request, job_id, settings.papermill),
         "workingDir": settings.home,
         "env": [
             *({"name": k, "value": v} for k, v in sorted(settings.env.items())),
@@ -326,6 +328,9 @@ def build_claim_template(
 ) -> Obj:
     """The ResourceClaimTemplate of a job's workers: one claim of the size per pod."""
     labels = {**job_labels(username, job_id, queue_labels), L.COMPONENT: "job-claim"}
+    # The claims made from it: no managed-by (the culler's sessions) and no queue label (the
+    # hub's team quota counts interactive sessions; a job may run over quota as `train`).
+    claim_labels = {L.NOTEBOOK_COMPONENT: JOB, JOB_ID_LABEL: job_id, L.USER_LABEL: L.label_value(username)}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -335,7 +340,7 @@ def build_claim_template(
             "labels": labels,
             "annotations": {**L.owner_annotations(username, ""), L.REQUEST_HASH: gpu.hash()},
         },
-        "spec": {"metadata": {"labels": labels}, "spec": gpu.spec()},
+        "spec": {"metadata": {"labels": claim_labels}, "spec": gpu.spec()},
     }
 
 
@@ -437,6 +442,40 @@ def job_state(job: Obj, pods: Iterable[Obj] = ()) -> Obj:
         "start_time": st.get("startTime"),
         "completion_time": st.get("completionTime"),
     }
+
+
+def _seconds(start: Any, end: Any, now: float) -> float:
+    import datetime
+
+    def ts(v: Any) -> float | None:
+        if not v:
+            return None
+        try:
+            return datetime.datetime.fromisoformat(str(v).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+
+    a, b = ts(start), ts(end)
+    if a is None:
+        return 0.0
+    return max(0.0, (b if b is not None else now) - a)
+
+
+def gpu_seconds(pods: Iterable[Obj], gpus_per_pod: float, now: float) -> float:
+    """GPU time the job's pods used, preempted ones included (each container's run time
+    x the devices of one worker)."""
+    total = 0.0
+    for p in pods:
+        for cs in (p.get("status") or {}).get("containerStatuses") or []:
+            if cs.get("name") != CONTAINER:
+                continue
+            state = cs.get("state") or {}
+            if state.get("running"):
+                total += _seconds(state["running"].get("startedAt"), None, now)
+            elif state.get("terminated"):
+                t = state["terminated"]
+                total += _seconds(t.get("startedAt"), t.get("finishedAt"), now)
+    return total * gpus_per_pod
 
 
 def read_request(job: Obj) -> Obj:

@@ -157,6 +157,7 @@ class KeepHandler(APIHandler):
 
 def handlers() -> list[tuple[str, Any]]:
     """Routes under the hub prefix (/hub/)."""
+    from gpusessions.hub.jobs import handlers as job_handlers
     from gpusessions.hub.picker import AvailabilityHandler
 
     return [
@@ -165,6 +166,7 @@ def handlers() -> list[tuple[str, Any]]:
         (r"/api/gpusessions/users/([^/]+)/keep", KeepHandler),
         (r"/api/gpusessions/users/([^/]+)/release", ReleaseGPUHandler),
         (r"/api/gpusessions/users/([^/]+)/servers/([^/]+)/release", ReleaseGPUHandler),
+        *job_handlers(),  # notebook jobs (hub/jobs.py)
     ]
 
 
