@@ -240,8 +240,13 @@ def build_job(
         "name": CONTAINER,
         "image": settings.image,
         # papermill does not make the output folder: a shell makes it, then becomes papermill.
-        "command": ["sh", "-c", 'mkdir -p "$0" && exec "$@"', output_dir(job_id)]
-        + papermill_argv(request, job_id, settings.papermill),
+        "command": [
+            "sh",
+            "-c",
+            'mkdir -p "$0" && exec "$@"',
+            output_dir(job_id),
+            *papermill_argv(request, job_id, settings.papermill),
+        ],
         "workingDir": settings.home,
         "env": [
             *({"name": k, "value": v} for k, v in sorted(settings.env.items())),
