@@ -209,3 +209,18 @@ def test_gpu_seconds_count_preempted_runs() -> None:
     now = 1767225600.0 + 600 + 50  # 00:10:50
     assert J.gpu_seconds([ended, running], 2, now) == (100 + 50) * 2
     assert J.gpu_seconds([pod({"waiting": {}})], 1, now) == 0
+
+
+def test_who_preempted_a_job_from_kais_evict_events() -> None:
+    job = J.build_job("abcdefgh", "ns", "cy", _req(), SETTINGS, MIG)  # queue team-a
+    event = {
+        "reason": "Evict",
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+        "message": "Pod ns/nbjob-abcdefgh-x7k2p was preempted by workload ns/pg-gpu-holder-ann-1.\n"
+        "team-a uses <GPU: 1, CPU: 0> with a quota of <GPU: 0, CPU: 0>, fair-share of <GPU: 0>.\n"
+        "team-b uses <GPU: 0, CPU: 0> with a quota of <GPU: 2, CPU: 0>, fair-share of <GPU: 2>.",
+    }
+    other = {**event, "message": "Pod ns/jupyter-bo was preempted by workload ns/pg-x."}
+    assert J.preempted_by([other, event], "ns", job) == "team team-b's workload pg-gpu-holder-ann-1"
+    assert J.preempted_by([other], "ns", job) == ""
+    assert J.preempted_by([event], "elsewhere", job) == ""

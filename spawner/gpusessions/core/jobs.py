@@ -402,13 +402,44 @@ def _preempted_by(pods: Iterable[Obj]) -> str:
     return best[1]
 
 
-def job_state(job: Obj, pods: Iterable[Obj] = ()) -> Obj:
+_QUEUE_LINE = re.compile(r"^\s*(?P<queue>[^\s<>]+) uses <")
+
+
+def preempted_by(events: Iterable[Obj], namespace: str, job: Obj) -> str:
+    """Who KAI preempted the job's pods for, in words, from its Evict events on PodGroups
+    ("Pod <ns>/<pod> was preempted by workload <ns>/<pg>.", then a line per queue involved):
+    "team-a's workload pg-... " (the newest), "" when none is found."""
+    prefix = job["metadata"]["name"] + "-"
+    queue = ((job.get("metadata") or {}).get("labels") or {}).get(L.QUEUE_LABEL)
+    found: tuple[str, str] = ("", "")
+    for e in events:
+        lines = str(e.get("message") or "").strip().splitlines()
+        m = (
+            re.match(
+                r"^Pod (?P<ns>[^/\s]+)/(?P<pod>\S+) was preempted by workload (?P<by>\S+?)\.?$", lines[0]
+            )
+            if lines
+            else None
+        )
+        if not m or m.group("ns") != namespace or not m.group("pod").startswith(prefix):
+            continue
+        teams = [q.group("queue") for line in lines[1:] if (q := _QUEUE_LINE.match(line))]
+        other = next((t for t in teams if t != queue), "")
+        when = str(e.get("lastTimestamp") or e.get("eventTime") or "")
+        workload = m.group("by").split("/", 1)[-1]
+        words = f"team {other}'s workload {workload}" if other else f"workload {workload}"
+        if when >= found[0]:
+            found = (when, words)
+    return found[1]
+
+
+def job_state(job: Obj, pods: Iterable[Obj] = (), by: str = "") -> Obj:
     """The job's state for people: `state` (queued, running, completed, failed, stopped),
     `message`, `requeues` (preemptions so far) and the scheduler's reason while it waits."""
     pods = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")] or list(pods)
     st = job.get("status") or {}
     requeues = int(st.get("failed") or 0)
-    preempted = _preempted_by(pods) if requeues else ""
+    preempted = (by or _preempted_by(pods)) if requeues else ""
     done = _condition(job, "Complete") or _condition(job, "SuccessCriteriaMet")
     failed = _condition(job, "Failed") or _condition(job, "FailureTarget")
     if done:
@@ -437,8 +468,8 @@ def job_state(job: Obj, pods: Iterable[Obj] = ()) -> Obj:
         message = f"Waiting in the queue: {why}" if why else "Waiting in the queue."
     if requeues and state in ("queued", "running"):
         message = (
-            f"Preempted {requeues} time(s) (the scheduler gave its GPU to in-quota work of "
-            f"another team: {preempted or 'reclaimed'}), requeued. " + message
+            f"Preempted {requeues} time(s) (the scheduler gave its GPU to in-quota work: "
+            f"{preempted or 'another team reclaimed its share'}), requeued. " + message
         )
     return {
         "state": state,

@@ -218,7 +218,19 @@ def _selector(user_name: str) -> str:
     )
 
 
-def describe(job: Obj, pods: list[Obj], now: float | None = None) -> Obj:
+async def evictions(api: Any, namespace: str, jobs: list[Obj]) -> list[Obj]:
+    """KAI's Evict events in the namespace, read only when one of `jobs` was preempted."""
+    from gpusessions.core import reclaim
+
+    if not any(int((j.get("status") or {}).get("failed") or 0) for j in jobs):
+        return []
+    try:
+        return list(await api.events(namespace, reclaim.EVICT_SELECTOR))
+    except KubeError:
+        return []
+
+
+def describe(job: Obj, pods: list[Obj], now: float | None = None, events: list[Obj] | None = None) -> Obj:
     """A job as the endpoints answer it."""
     md = job["metadata"]
     req = J.read_request(job)
@@ -227,7 +239,8 @@ def describe(job: Obj, pods: list[Obj], now: float | None = None) -> Obj:
     gpus = 0.0
     if spec.get("resourceClaims"):
         gpus = 1.0
-    state = J.job_state(job, pods)
+    by = J.preempted_by(events or [], md.get("namespace", ""), job) if events else ""
+    state = J.job_state(job, pods, by)
     stem = str(req.get("input", "x.ipynb")).rsplit("/", 1)[-1][: -len(".ipynb")]
     return {
         "id": job_id,
@@ -267,7 +280,11 @@ class JobsHandler(JobsBase):
             if J.owned_by_user(j, user_name)
         ]
         pods = _by_job(await api.list_pods(spawner.namespace, _selector(user_name)))
-        out = [describe(j, pods.get(j["metadata"]["labels"].get(J.JOB_ID_LABEL, ""), [])) for j in jobs]
+        events = await evictions(api, spawner.namespace, jobs)
+        out = [
+            describe(j, pods.get(j["metadata"]["labels"].get(J.JOB_ID_LABEL, ""), []), events=events)
+            for j in jobs
+        ]
         out.sort(key=lambda j: str(j.get("created") or ""), reverse=True)
         self._json({"jobs": out})
 
@@ -374,8 +391,10 @@ class JobHandler(JobsBase):
 
         _, spawner, _ = self._begin(user_name, write=False)
         job = await self._find(spawner, user_name, job_id)
-        pods = await JobsAPI().list_pods(spawner.namespace, f"{J.JOB_ID_LABEL}={job_id}")
-        self._json(describe(job, [p for p in pods if J.owned_by_user(p, user_name)]))
+        api = JobsAPI()
+        pods = await api.list_pods(spawner.namespace, f"{J.JOB_ID_LABEL}={job_id}")
+        events = await evictions(api, spawner.namespace, [job])
+        self._json(describe(job, [p for p in pods if J.owned_by_user(p, user_name)], events=events))
 
     async def delete(self, user_name: str, job_id: str) -> None:
         from gpusessions.kube.jobs import JobsAPI
