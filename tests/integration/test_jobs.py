@@ -202,6 +202,19 @@ def test_a_job_runs_in_the_team_queue_outlives_the_server_and_stays_private(
         lambda: str(job_objects(api, namespace)),
     )
 
+    # Deleting the user deletes their jobs, queued or running.
+    code, again = call(hub, ann, "POST", "/users/ann/jobs", good)
+    assert code == 201, again
+    waits.wait_for(lambda: job_objects(api, namespace)["claims"], 30, "the job's claim")
+    code, body = hub.api("DELETE", "/users/ann")
+    assert code == 204, body
+    waits.wait_for(
+        lambda: job_objects(api, namespace) == NOTHING,
+        30,
+        "the deleted user's job objects to go",
+        lambda: str(job_objects(api, namespace)),
+    )
+
 
 def lab(hub: Hub, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     """jupyter-scheduler's API of ann's notebook server, through the hub's proxy."""

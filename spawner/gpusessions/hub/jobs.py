@@ -177,6 +177,22 @@ async def user_sizes(spawner: Any, cfg: NotebookJobs) -> list[tuple[str, Obj | N
     return out
 
 
+async def delete_user_jobs(namespace: str, user_name: str, log: Any) -> int:
+    """Delete every notebook job of a user (the user is being deleted): Jobs, and with them
+    their pods, claims and claim templates. Returns how many Jobs were deleted."""
+    from gpusessions.kube.jobs import JobsAPI
+
+    api = JobsAPI()
+    n = 0
+    for j in await api.list_jobs(namespace, _selector(user_name)):
+        if J.owned_by_user(j, user_name):
+            n += await api.delete_job(namespace, j["metadata"]["name"])
+            await api.delete_claim_template(namespace, j["metadata"]["name"])
+    if n:
+        log.info("Deleted %d notebook job(s) of %s with the user", n, user_name)
+    return n
+
+
 # -- handlers -------------------------------------------------------------------------------
 class JobsBase(APIHandler):
     def _begin(self, user_name: str, write: bool) -> tuple[Any, Any, NotebookJobs]:
