@@ -294,3 +294,78 @@ def test_jupyterlab_creates_a_job_through_jupyter_scheduler(
     assert [j["job_id"] for j in listed["jobs"]] == [f"nbjob-{job_id}"]
     assert lab(hub, "DELETE", f"/jobs/nbjob-{job_id}")[0] == 204
     waits.wait_for(lambda: job_objects(api, namespace) == NOTHING, 30, "the job's objects to go")
+
+
+QUICK = {
+    **NOTEBOOK,
+    "cells": [
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "source": "import os\nprint('worker', os.environ['JOB_COMPLETION_INDEX'])",
+            "outputs": [],
+            "execution_count": None,
+        }
+    ],
+}
+
+
+def test_two_workers_start_together_or_not_at_all(
+    hub: Hub, api: KubeAPI, namespace: str, cluster: Any
+) -> None:
+    home = Path(cluster.paths.homes) / namespace / "bo"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "quick.ipynb").write_text(json.dumps(QUICK))
+    bo = user_token(hub, "bo")
+
+    # Two whole GPUs where the cluster has one: KAI starts neither worker (one gang).
+    code, big = call(
+        hub,
+        bo,
+        "POST",
+        "/users/bo/jobs",
+        {"name": "big", "input": "quick.ipynb", "size": "gpu", "workers": 2},
+    )
+    assert code == 201, big
+    k = api.get("Job", f"nbjob-{big['id']}", namespace)
+    assert k["metadata"]["annotations"]["kai.scheduler/batch-min-member"] == "2"
+    sel = f"gpusessions.io/job-id={big['id']}"
+
+    def waiting_pods() -> list[dict] | None:
+        pods = api.list("Pod", namespace, label_selector=sel)["items"]
+        said = [
+            c.get("message", "")
+            for p in pods
+            for c in p.get("status", {}).get("conditions") or []
+            if c["type"] == "PodScheduled" and c["status"] == "False"
+        ]
+        return pods if len(pods) == 2 and len(said) == 2 else None
+
+    pods = waits.wait_for(waiting_pods, 30, "both workers to be refused as one gang")
+    assert not any(p["spec"].get("nodeName") for p in pods), "a worker was placed alone"
+    _, j = call(hub, bo, "GET", f"/users/bo/jobs/{big['id']}")
+    assert j["state"] == "queued" and j["message"].startswith("Waiting in the queue: "), j
+    assert call(hub, bo, "DELETE", f"/users/bo/jobs/{big['id']}")[0] == 200
+
+    # Two 1g.10gb slices: both run and each writes its notebook.
+    code, two = call(
+        hub,
+        bo,
+        "POST",
+        "/users/bo/jobs",
+        {"name": "two", "input": "quick.ipynb", "size": "mig-1g-10gb", "workers": 2},
+    )
+    assert code == 201, two
+
+    def finished() -> Any:
+        _, j = call(hub, bo, "GET", f"/users/bo/jobs/{two['id']}")
+        return j if j["state"] in ("completed", "failed") else None
+
+    done = waits.wait_for(finished, 90, "both workers to finish")
+    assert done["state"] == "completed", done
+    out = home / "jobs" / two["id"]
+    assert done["outputs"]["ipynb"] == f"jobs/{two['id']}/quick.worker-0.ipynb"
+    assert "worker 0" in (out / "quick.worker-0.ipynb").read_text()
+    assert "worker 1" in (out / "quick.worker-1.ipynb").read_text()
+    assert call(hub, bo, "DELETE", f"/users/bo/jobs/{two['id']}")[0] == 200
+    waits.wait_for(lambda: job_objects(api, namespace) == NOTHING, 30, "the jobs' objects to go")

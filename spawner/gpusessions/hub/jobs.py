@@ -268,7 +268,10 @@ def describe(job: Obj, pods: list[Obj], now: float | None = None, events: list[O
         "workers": req.get("workers", 1),
         "output_formats": req.get("output_formats", ["ipynb"]),
         "output_dir": J.output_dir(job_id),
-        "outputs": {"ipynb": f"{J.output_dir(job_id)}/{stem}.ipynb"},
+        # Several workers: each writes <stem>.worker-<index>.ipynb; the first is the job's.
+        "outputs": {
+            "ipynb": f"{J.output_dir(job_id)}/{stem}{'.worker-0' if req.get('workers', 1) > 1 else ''}.ipynb"
+        },
         "queue": (md.get("labels") or {}).get(L.QUEUE_LABEL),
         "priority": spec.get("priorityClassName"),
         "created": md.get("creationTimestamp"),
