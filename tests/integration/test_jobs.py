@@ -369,3 +369,49 @@ def test_two_workers_start_together_or_not_at_all(
     assert "worker 1" in (out / "quick.worker-1.ipynb").read_text()
     assert call(hub, bo, "DELETE", f"/users/bo/jobs/{two['id']}")[0] == 200
     waits.wait_for(lambda: job_objects(api, namespace) == NOTHING, 30, "the jobs' objects to go")
+
+
+def test_the_culler_lists_jobs_and_never_takes_them_for_sessions(
+    api: KubeAPI, namespace: str, cluster: Any, tmp_path: Path
+) -> None:
+    from .test_culler import _metrics, culler_hub
+
+    home = Path(cluster.paths.homes) / namespace / "dee"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "train.ipynb").write_text(json.dumps(NOTEBOOK))
+    hub = culler_hub(namespace, tmp_path / "hub")  # no team queues: the default scheduler
+    try:
+        dee = user_token(hub, "dee")
+        code, job = call(
+            hub, dee, "POST", "/users/dee/jobs", {"name": "t", "input": "train.ipynb", "size": "mig-1g-10gb"}
+        )
+        assert code == 201, job
+
+        def culler_view() -> dict[str, Any]:
+            req = urllib.request.Request(
+                hub.url + "/services/gpusessions/api/sessions",
+                headers={"Authorization": f"token {hub.token}"},
+            )
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read())  # type: ignore[no-any-return]
+
+        def listed(state: str) -> Any:
+            body = culler_view()
+            rows = [r for r in body["jobs"] if r["id"] == job["id"]]
+            return body if rows and rows[0]["state"] == state else None
+
+        running = waits.wait_for(lambda: listed("running"), 60, "the culler to list the running job")
+        # Its GPU claim is no session of the culler's (it culls nothing of a job).
+        assert running["sessions"] == [], running["sessions"]
+        assert api.list("ResourceClaim", namespace, label_selector=f"gpusessions.io/job-id={job['id']}")[
+            "items"
+        ]
+        done = waits.wait_for(lambda: listed("completed"), 60, "the culler to see the job complete")
+        [row] = done["jobs"]
+        assert (row["user"], row["size"], row["name"]) == ("dee", "mig-1g-10gb", "t") and row[
+            "gpu_seconds"
+        ] > 0
+        text = _metrics(hub)
+        assert 'gpusessions_jobs{queue="",size="mig-1g-10gb",state="completed"} 1.0' in text, text
+    finally:
+        hub.stop()

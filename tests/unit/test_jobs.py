@@ -224,3 +224,39 @@ def test_who_preempted_a_job_from_kais_evict_events() -> None:
     assert J.preempted_by([other, event], "ns", job) == "team team-b's workload pg-gpu-holder-ann-1"
     assert J.preempted_by([other], "ns", job) == ""
     assert J.preempted_by([event], "elsewhere", job) == ""
+
+
+def test_the_cullers_view_of_jobs_and_their_metrics() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpusessions.culler import jobs as CJ
+
+    job = J.build_job("abcdefgh", "ns", "alice", _req(workers=2), SETTINGS, MIG, "MIG 3g.40gb")
+    job["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    job["status"] = {"startTime": "2026-01-01T00:00:00Z", "active": 2, "ready": 2}
+    cpu = J.build_job("cpu12345", "ns", "bob", _req(size="cpu"), SETTINGS, None)
+    cpu["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    [a, b] = CJ.rows([cpu, job], now=1767225600.0 + 100)
+    assert (a["user"], a["state"], a["queue"], a["size"], a["priority"]) == (
+        "alice",
+        "running",
+        "team-a",
+        "mig-3g-40gb",
+        "train",
+    )
+    assert a["gpu_seconds"] == 200  # 100 s x 2 GPU workers
+    assert (b["user"], b["state"], b["gpu_seconds"]) == ("bob", "completed", 0)
+
+    class Cache:
+        objects = {"ns/a": job, "ns/b": cpu}
+
+    class Culler:
+        class cluster:
+            jobs = Cache
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(CJ.JobsCollector(Culler))
+    text = generate_latest(registry).decode()
+    assert 'gpusessions_jobs{queue="team-a",size="mig-3g-40gb",state="running"} 1.0' in text
+    assert 'gpusessions_job_gpu_seconds{queue="team-a",size="cpu"} 0.0' in text
+    assert list(CJ.JobsCollector(object()).collect()) == []  # no Job watch: no families

@@ -38,12 +38,23 @@ class ClusterSide:
         else:
             list_claims = partial(self.resource.list_resource_claim_for_all_namespaces, label_selector=CLAIMS)
             list_holders = partial(self.core.list_pod_for_all_namespaces, label_selector=L.HOLDERS)
+        # Notebook jobs (read-only, for the admin JSON and metrics: culler/jobs.py).
+        from gpusessions.culler.jobs import SELECTOR as JOBS
+
+        batch = shared_client("BatchV1Api")
+        if namespace:
+            list_jobs = partial(batch.list_namespaced_job, namespace, label_selector=JOBS)
+        else:
+            list_jobs = partial(batch.list_job_for_all_namespaces, label_selector=JOBS)
+        self.jobs = Cache("jobs", list_jobs, lambda: None)
         self.claims = Cache("resourceclaims", list_claims, self._changed)
         self.holders = Cache("pods", list_holders, self._changed)
         # Nodes: a session whose GPU's node is gone is cleaned up (needs list/watch on nodes;
         # without it the culler only logs the watch's error and skips that check).
         self.nodes = Cache("nodes", self.core.list_node, self._changed)
-        self._tasks = [asyncio.ensure_future(c.run()) for c in (self.claims, self.holders, self.nodes)]
+        self._tasks = [
+            asyncio.ensure_future(c.run()) for c in (self.claims, self.holders, self.nodes, self.jobs)
+        ]
 
     def node_names(self) -> set[str] | None:
         """The nodes that exist, or None while the node watch has no reliable picture."""
