@@ -99,6 +99,9 @@ class GPUSizesEnvironmentManager(EnvironmentManager):
     def manage_environments_command(self) -> str:
         return ""
 
+    # jupyter-scheduler's form lists environments by name but submits their label: label -> name.
+    by_label: dict[str, str]
+
     async def list_environments(self) -> list[RuntimeEnvironment]:
         sizes = (await hub_call("GET", "jobs/sizes"))["sizes"]
         out = []
@@ -117,7 +120,12 @@ class GPUSizesEnvironmentManager(EnvironmentManager):
                     utc_only=None,
                 )
             )
+        self.by_label = {e.label: e.name for e in out}
         return out
+
+    def size_of(self, submitted: str) -> str:
+        """The size slug of what the form submitted (a label or a name)."""
+        return getattr(self, "by_label", {}).get(submitted, submitted)
 
 
 def _param(value: str) -> Any:
@@ -166,12 +174,16 @@ class GPUJobsScheduler(BaseScheduler):
         body = {
             "name": model.name,
             "input": self._input(model.input_uri),
-            "size": model.runtime_environment_name,
+            "size": self._size(model.runtime_environment_name),
             "parameters": {k: _param(v) for k, v in (model.parameters or {}).items()},
             "output_formats": [f for f in (model.output_formats or ["ipynb"]) if f == "ipynb"] or ["ipynb"],
         }
         job = await hub_call("POST", "jobs", body)
         return lab_id(job["id"])
+
+    def _size(self, submitted: str) -> str:
+        envs = self.environments_manager
+        return envs.size_of(submitted) if isinstance(envs, GPUSizesEnvironmentManager) else submitted
 
     def _input(self, input_uri: str) -> str:
         """The notebook's path relative to the home (the hub checks it is inside)."""
