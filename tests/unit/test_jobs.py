@@ -260,3 +260,13 @@ def test_the_cullers_view_of_jobs_and_their_metrics() -> None:
     assert 'gpusessions_jobs{queue="team-a",size="mig-3g-40gb",state="running"} 1.0' in text
     assert 'gpusessions_job_gpu_seconds{queue="team-a",size="cpu"} 0.0' in text
     assert list(CJ.JobsCollector(object()).collect()) == []  # no Job watch: no families
+
+
+def test_a_sizes_job_priority_from_the_settings_document() -> None:
+    from gpusessions.hub import hubsetup
+
+    size = {"name": "big", "displayName": "Big", "deviceClass": "gpu.nvidia.com", "jobPriorityClass": "build"}
+    [_, big] = hubsetup.profiles(hubsetup.check({"sizes": [size]}))
+    assert big["kubespawner_override"]["job_priority_class"] == "build"
+    with pytest.raises(hubsetup.SettingsError, match="jobPriorityClass"):
+        hubsetup.check({"sizes": [{**size, "jobPriorityClass": "urgent"}]})

@@ -8,7 +8,7 @@ the document's one schema is `settings.schema.json` beside this module (jsonsche
 check() adds only the rules across items that a schema cannot state.
 
     {"sizes": [{"name", "displayName", "description", "deviceClass", "count", "default",
-                "match"?, "priorityClass"?, "persistKernels"?}],
+                "match"?, "priorityClass"?, "jobPriorityClass"?, "persistKernels"?}],
      "cpuProfile": {"enabled", "displayName", "description"},
      "kai": {"enabled", "schedulerName", "priorityClass", "defaultQueue",
              "queues": {<queue>: {"groups": [...], "gpuEquivalents": 2}}},
@@ -151,6 +151,8 @@ def profiles(settings: Obj) -> list[Obj]:
             override["gpu_size"] = s["match"]
         if "priorityClass" in s:
             override["kai_priority_class"] = s["priorityClass"]
+        if "jobPriorityClass" in s:  # this size's notebook jobs (hub/jobs.py; default `train`)
+            override["job_priority_class"] = s["jobPriorityClass"]
         if "persistKernels" in s:
             override["persist_kernels"] = s["persistKernels"]
         entry = {
