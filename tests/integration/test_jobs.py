@@ -20,6 +20,7 @@ from localcluster.kubeapi import KubeAPI
 
 from .hubtools import GPU_HUB_CONFIG, process_env, spawn, stop, user_token
 from .kaitools import make_queues, queue
+from .test_culler import _metrics, culler_hub
 
 pytestmark = pytest.mark.cluster
 
@@ -29,8 +30,7 @@ def teams(namespace: str) -> tuple[str, str]:
     return f"jdept-{s}", f"jteam-{s}"
 
 
-@pytest.fixture
-def hub(api: KubeAPI, namespace: str, tmp_path: Path) -> Iterator[Hub]:
+def _hub(api: KubeAPI, namespace: str, workdir: Path, culler: bool) -> Iterator[Hub]:
     dept, team = teams(namespace)
     extra = f"""
 c.GPUSessionSpawner.kai_queue = {{"physics": {team!r}}}
@@ -38,9 +38,22 @@ c.JupyterHub.load_groups = {{"physics": {{"users": ["ann", "bo"]}}}}
 c.NotebookJobs.requeue_limit = 2
 """
     for _ in make_queues(api, [queue(dept, -1, -1), queue(team, -1, -1, parent=dept)]):
-        h = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, tmp_path / "hub")
+        if culler:  # the culler lists jobs too
+            h = culler_hub(namespace, workdir, config=extra)
+        else:
+            h = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, workdir)
         yield h
         h.stop()
+
+
+@pytest.fixture
+def hub(api: KubeAPI, namespace: str, tmp_path: Path) -> Iterator[Hub]:
+    yield from _hub(api, namespace, tmp_path / "hub", culler=False)
+
+
+@pytest.fixture
+def culled_hub(api: KubeAPI, namespace: str, tmp_path: Path) -> Iterator[Hub]:
+    yield from _hub(api, namespace, tmp_path / "hub", culler=True)
 
 
 def call(hub: Hub, token: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -104,12 +117,22 @@ def job_objects(api: KubeAPI, namespace: str) -> dict[str, list[str]]:
     }
 
 
+def culler_view(hub: Hub) -> dict[str, Any]:
+    """The culler's admin JSON (sessions, and notebook jobs)."""
+    req = urllib.request.Request(
+        hub.url + "/services/gpusessions/api/sessions", headers={"Authorization": f"token {hub.token}"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())  # type: ignore[no-any-return]
+
+
 NOTHING: dict[str, list[str]] = {"jobs": [], "templates": [], "pods": [], "claims": []}
 
 
 def test_a_job_runs_in_the_team_queue_outlives_the_server_and_stays_private(
-    hub: Hub, api: KubeAPI, namespace: str, cluster: Any
+    culled_hub: Hub, api: KubeAPI, namespace: str, cluster: Any
 ) -> None:
+    hub = culled_hub
     _, team = teams(namespace)
     home = Path(cluster.paths.homes) / namespace / "ann"
     (home / "work").mkdir(parents=True, exist_ok=True)
@@ -155,6 +178,16 @@ def test_a_job_runs_in_the_team_queue_outlives_the_server_and_stays_private(
         return j if j["state"] == "running" else None
 
     waits.wait_for(running, 60, "the job to run", lambda: str(job_objects(api, namespace)))
+
+    # The culler lists the job (admin JSON) and never takes its GPU claim for a session.
+    def listed() -> dict[str, Any] | None:
+        v = culler_view(hub)
+        return v if [r for r in v["jobs"] if r["id"] == job["id"]] else None
+
+    view = waits.wait_for(listed, 30, "the culler to list the job")
+    assert view["sessions"] == [], view["sessions"]
+    [row] = view["jobs"]
+    assert (row["user"], row["size"], row["queue"], row["priority"]) == ("ann", "mig-1g-10gb", team, "train")
     pods = api.list("Pod", namespace, label_selector=f"gpusessions.io/job-id={job['id']}")["items"]
     assert pods[0]["metadata"]["labels"]["kai.scheduler/queue"] == team
     assert pods[0]["metadata"]["annotations"].get("pod-group-name"), "KAI's podgrouper took it"
@@ -176,6 +209,8 @@ def test_a_job_runs_in_the_team_queue_outlives_the_server_and_stays_private(
     assert "trained 3" in json.dumps(out["cells"][-1]["outputs"])
     assert (home / "work" / "done.txt").read_text() == f"default 3 {job['id']}"
     assert done["gpu_seconds"] > 0
+    text = _metrics(hub)
+    assert f'gpusessions_jobs{{queue="{team}",size="mig-1g-10gb",state="completed"}} 1.0' in text, text
 
     # Another user: 404 for reading, the log and deleting; absent from their list.
     bo = user_token(hub, "bo")
@@ -369,49 +404,3 @@ def test_two_workers_start_together_or_not_at_all(
     assert "worker 1" in (out / "quick.worker-1.ipynb").read_text()
     assert call(hub, bo, "DELETE", f"/users/bo/jobs/{two['id']}")[0] == 200
     waits.wait_for(lambda: job_objects(api, namespace) == NOTHING, 30, "the jobs' objects to go")
-
-
-def test_the_culler_lists_jobs_and_never_takes_them_for_sessions(
-    api: KubeAPI, namespace: str, cluster: Any, tmp_path: Path
-) -> None:
-    from .test_culler import _metrics, culler_hub
-
-    home = Path(cluster.paths.homes) / namespace / "dee"
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "train.ipynb").write_text(json.dumps(NOTEBOOK))
-    hub = culler_hub(namespace, tmp_path / "hub")  # no team queues: the default scheduler
-    try:
-        dee = user_token(hub, "dee")
-        code, job = call(
-            hub, dee, "POST", "/users/dee/jobs", {"name": "t", "input": "train.ipynb", "size": "mig-1g-10gb"}
-        )
-        assert code == 201, job
-
-        def culler_view() -> dict[str, Any]:
-            req = urllib.request.Request(
-                hub.url + "/services/gpusessions/api/sessions",
-                headers={"Authorization": f"token {hub.token}"},
-            )
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return json.loads(r.read())  # type: ignore[no-any-return]
-
-        def listed(state: str) -> Any:
-            body = culler_view()
-            rows = [r for r in body["jobs"] if r["id"] == job["id"]]
-            return body if rows and rows[0]["state"] == state else None
-
-        running = waits.wait_for(lambda: listed("running"), 60, "the culler to list the running job")
-        # Its GPU claim is no session of the culler's (it culls nothing of a job).
-        assert running["sessions"] == [], running["sessions"]
-        assert api.list("ResourceClaim", namespace, label_selector=f"gpusessions.io/job-id={job['id']}")[
-            "items"
-        ]
-        done = waits.wait_for(lambda: listed("completed"), 60, "the culler to see the job complete")
-        [row] = done["jobs"]
-        assert (row["user"], row["size"], row["name"]) == ("dee", "mig-1g-10gb", "t") and row[
-            "gpu_seconds"
-        ] > 0
-        text = _metrics(hub)
-        assert 'gpusessions_jobs{queue="",size="mig-1g-10gb",state="completed"} 1.0' in text, text
-    finally:
-        hub.stop()
