@@ -39,7 +39,7 @@ c.NotebookJobs.requeue_limit = 2
 """
     for _ in make_queues(api, [queue(dept, -1, -1), queue(team, -1, -1, parent=dept)]):
         if culler:  # the culler lists jobs too
-            h = culler_hub(namespace, workdir, config=extra)
+            h = culler_hub(namespace, workdir, args=("--jobs",), config=extra)
         else:
             h = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, workdir)
         yield h

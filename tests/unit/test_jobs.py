@@ -270,3 +270,17 @@ def test_a_sizes_job_priority_from_the_settings_document() -> None:
     assert big["kubespawner_override"]["job_priority_class"] == "build"
     with pytest.raises(hubsetup.SettingsError, match="jobPriorityClass"):
         hubsetup.check({"sizes": [{**size, "jobPriorityClass": "urgent"}]})
+
+
+def test_jobs_are_off_in_a_settings_document_unless_enabled() -> None:
+    from traitlets.config import Config
+
+    from gpusessions.hub import hubsetup
+    from gpusessions.hub.jobs import NotebookJobs
+
+    size = {"name": "s", "displayName": "S", "deviceClass": "gpu.nvidia.com"}
+    for doc, on in [({"sizes": [size]}, False), ({"sizes": [size], "jobs": {"enabled": True}}, True)]:
+        c = Config()
+        hubsetup.apply(c, doc)
+        assert NotebookJobs(config=c).enabled is on
+    assert NotebookJobs().enabled  # a hub configured by hand: on

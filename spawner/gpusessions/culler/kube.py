@@ -22,7 +22,7 @@ class ClusterSide:
     Scoped to one namespace by default: sessions of another hub on the same cluster are not
     this culler's, and would otherwise look like orphans (no such user in this hub)."""
 
-    def __init__(self, timeout: float = 10.0, namespace: str | None = None):
+    def __init__(self, timeout: float = 10.0, namespace: str | None = None, jobs: bool = False):
         load_config()
         self.core = shared_client("CoreV1Api")
         self.resource = shared_client("ResourceV1Api")
@@ -46,14 +46,14 @@ class ClusterSide:
             list_jobs = partial(batch.list_namespaced_job, namespace, label_selector=JOBS)
         else:
             list_jobs = partial(batch.list_job_for_all_namespaces, label_selector=JOBS)
-        self.jobs = Cache("jobs", list_jobs, lambda: None)
+        self.jobs: Cache | None = Cache("jobs", list_jobs, lambda: None) if jobs else None
         self.claims = Cache("resourceclaims", list_claims, self._changed)
         self.holders = Cache("pods", list_holders, self._changed)
         # Nodes: a session whose GPU's node is gone is cleaned up (needs list/watch on nodes;
         # without it the culler only logs the watch's error and skips that check).
         self.nodes = Cache("nodes", self.core.list_node, self._changed)
         self._tasks = [
-            asyncio.ensure_future(c.run()) for c in (self.claims, self.holders, self.nodes, self.jobs)
+            asyncio.ensure_future(c.run()) for c in (self.claims, self.holders, self.nodes, self.jobs) if c
         ]
 
     def node_names(self) -> set[str] | None:

@@ -14,7 +14,8 @@ check() adds only the rules across items that a schema cannot state.
              "queues": {<queue>: {"groups": [...], "gpuEquivalents": 2}}},
      "holder": {"image", "persistKernels", "kernelImage", "kernelNetworkPolicy",
                 "onHolderLoss", "keepGpuOnStop", "agentTokenSecret"},
-     "culler": {"enabled", "serviceName", "url"? | "args"?, "admins", "adminGroups"}}
+     "culler": {"enabled", "serviceName", "url"? | "args"?, "admins", "adminGroups"},
+     "jobs": {"enabled"}}
 """
 
 from __future__ import annotations
@@ -200,6 +201,9 @@ def apply(c: Any, settings: Obj, culler_env: dict[str, str] | None = None) -> No
         g.kai_gpu_quota = {
             q: spec["gpuEquivalents"] for q, spec in kai["queues"].items() if spec.get("gpuEquivalents")
         }
+    # Notebook jobs (hub/jobs.py): off unless the document enables them (the chart's roles do
+    # not grant their rights yet); the culler lists them when it runs here (`--jobs`).
+    c.NotebookJobs.enabled = bool(settings.get("jobs", {}).get("enabled", False))
     configure_hub(c)
     culler = settings.get("culler", {})
     if culler.get("enabled"):
