@@ -93,7 +93,11 @@ SETTINGS = {
             "1800",
             "--warn-before",
             "600",
+            "--jobs",  # list notebook jobs on the admin JSON and /metrics
         ],
     },
+    # Notebook jobs: "Create Notebook Job" in JupyterLab runs a notebook in the team's queue
+    # (docs/jobs.md).
+    "jobs": {"enabled": True},
 }
 hubsetup.apply(c, SETTINGS)

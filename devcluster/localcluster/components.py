@@ -20,6 +20,9 @@ CONTROLLERS = (
     # Publishes kube-root-ca.crt in every namespace: pods' service-account volumes project it,
     # and KAI's scheduler keeps a pod pending while a ConfigMap it mounts is missing.
     "root-ca-cert-publisher",
+    # Notebook jobs (batch/v1 Jobs) and their clean-up after ttlSecondsAfterFinished.
+    "job-controller",
+    "ttl-after-finished-controller",
 )
 
 

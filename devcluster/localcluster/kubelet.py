@@ -304,6 +304,8 @@ class Runtime:
         md = pod["metadata"]
         if run is None:
             # Never started here (or finished): nothing to stop.
+            if _job_pod(pod) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                self._terminal(md["namespace"], md["name"], {"phase": "Failed"})
             self._finish_delete(md["namespace"], md["name"], md["uid"])
             return
         if run.deleting:
@@ -458,6 +460,8 @@ class Runtime:
             full["GPUSESSIONS_FAKE_NVML"] = self.driver.container_nvml(
                 run.node, f"{run.uid}-{cont.name}", dev.split(",") if dev else []
             )
+        # $(VAR) in command and args from the container's env, as a kubelet expands them.
+        argv = [podspec.expand(a, env) for a in argv]
         argv = podspec.map_paths(podspec.bind_to_pod_ip(argv, run.ip), mounts)
         exe = shutil.which(argv[0], path=full["PATH"]) if argv else None
         if not exe:
@@ -597,6 +601,11 @@ class Runtime:
                             _signal_group(c.proc, signal.SIGKILL)
                     run.kill_deadline = None
                 if not alive:
+                    if _job_pod(run.pod):
+                        # As a kubelet does: a deleted pod ends in a terminal phase (its conditions,
+                        # e.g. the scheduler's DisruptionTarget, kept), which the Job controller waits
+                        # for before it counts the pod under a podFailurePolicy.
+                        self._terminal(run.namespace, run.name, self._status(run))
                     self._finish_delete(run.namespace, run.name, run.uid)
                     self.ips.release(run.ip)
                     self.pods.pop(run.uid, None)
@@ -611,6 +620,22 @@ class Runtime:
         return cur if cur and cur["metadata"]["uid"] == md["uid"] else None
 
     # -- status and events -------------------------------------------------------
+    def _status(self, run: PodRun) -> Obj:
+        status = podspec.pod_status(run.pod, run.containers, run.uid, run.ip, run.host_ip, run.start_time)
+        if status["phase"] == "Running" and run.deleting:
+            status["phase"] = "Failed"
+        return status
+
+    def _terminal(self, namespace: str, name: str, status: Obj) -> None:
+        """A last status, merged by condition type and container name (strategic merge)."""
+        try:
+            self.api.patch(
+                "Pod", name, {"status": status}, namespace, subresource="status", patch_type="strategic"
+            )
+        except ApiError as e:
+            if e.status != 404:
+                log.warning("final status of %s/%s: %s", namespace, name, e)
+
     def _report(self, run: PodRun) -> None:
         status = podspec.pod_status(run.pod, run.containers, run.uid, run.ip, run.host_ip, run.start_time)
         try:
@@ -666,6 +691,11 @@ def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(p.pid, sig)
     with contextlib.suppress(OSError):
         p.send_signal(sig)
+
+
+def _job_pod(pod: Obj) -> bool:
+    """A pod of a Job (the Job controller tracks it with a finalizer until it is terminal)."""
+    return any(r.get("kind") == "Job" for r in pod["metadata"].get("ownerReferences") or [])
 
 
 def _node_ready(node: Obj) -> bool:

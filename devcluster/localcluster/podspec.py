@@ -162,6 +162,11 @@ def container_env(
     return env
 
 
+def expand(value: str, env: Mapping[str, str]) -> str:
+    """Kubernetes $(VAR) expansion of a command or argument."""
+    return _expand(value, dict(env))
+
+
 def _expand(value: str, env: dict[str, str]) -> str:
     """Kubernetes $(VAR) expansion; $$(VAR) escapes."""
 

@@ -127,9 +127,9 @@ def test_the_agent_installs_no_jupyterhub() -> None:
 
 
 # Declared for a program the part runs rather than a module it imports.
-RUN_NOT_IMPORTED = {
-    "jupyter-kernel-gateway"
-}  # the holder runs `jupyter kernelgateway` (kernel_gateway_command)
+# The holder runs `jupyter kernelgateway` (kernel_gateway_command); a notebook job's pod runs
+# `papermill` (core/jobs.py).
+RUN_NOT_IMPORTED = {"jupyter-kernel-gateway", "papermill"}
 
 
 def test_nothing_unused_is_declared() -> None:

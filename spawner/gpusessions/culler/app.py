@@ -96,6 +96,10 @@ class CullerApp(Application):
         help='per profile slug, any of the rules above: {"<profile slug>": {"idle_limit": 600}}'
     ).tag(config=True)
     dry_run = Bool(False, help="decide and log, change nothing").tag(config=True)
+    jobs = Bool(
+        False,
+        help="also list the hub's notebook jobs (sessions JSON, /metrics); needs list/watch on batch jobs",
+    ).tag(config=True)
     namespace = LastUnicode(
         "", help="the namespace of this hub's sessions; '*' for all namespaces (one hub per cluster only)"
     ).tag(config=True)
@@ -124,6 +128,7 @@ class CullerApp(Application):
     }
     flags = {
         "dry-run": ({"CullerApp": {"dry_run": True}}, "decide and log, change nothing"),
+        "jobs": ({"CullerApp": {"jobs": True}}, "also list the hub's notebook jobs"),
     }
 
     policy: Policy
@@ -166,7 +171,9 @@ class CullerApp(Application):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, _exit_now, sig)
-        cluster = ClusterSide(namespace=None if self.namespace in ("", "*") else self.namespace)
+        cluster = ClusterSide(
+            namespace=None if self.namespace in ("", "*") else self.namespace, jobs=self.jobs
+        )
         await cluster.ready()
         culler = Culler(
             cluster,

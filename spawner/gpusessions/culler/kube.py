@@ -23,7 +23,7 @@ class ClusterSide:
     Scoped to one namespace by default: sessions of another hub on the same cluster are not
     this culler's, and would otherwise look like orphans (no such user in this hub)."""
 
-    def __init__(self, timeout: float = 10.0, namespace: str | None = None):
+    def __init__(self, timeout: float = 10.0, namespace: str | None = None, jobs: bool = False):
         load_config()
         self.core = shared_client("CoreV1Api")
         self.resource = shared_client("ResourceV1Api")
@@ -39,6 +39,15 @@ class ClusterSide:
         else:
             list_claims = partial(self.resource.list_resource_claim_for_all_namespaces, label_selector=CLAIMS)
             list_holders = partial(self.core.list_pod_for_all_namespaces, label_selector=L.HOLDERS)
+        # Notebook jobs (read-only, for the admin JSON and metrics: culler/jobs.py).
+        from gpusessions.culler.jobs import SELECTOR as JOBS
+
+        batch = shared_client("BatchV1Api")
+        if namespace:
+            list_jobs = partial(batch.list_namespaced_job, namespace, label_selector=JOBS)
+        else:
+            list_jobs = partial(batch.list_job_for_all_namespaces, label_selector=JOBS)
+        self.jobs: Cache | None = Cache("jobs", list_jobs, lambda: None) if jobs else None
         self.claims = Cache("resourceclaims", list_claims, self._changed)
         self.holders = Cache("pods", list_holders, self._changed)
         # Nodes: a session whose GPU's node is gone is cleaned up (needs list/watch on nodes;
@@ -48,7 +57,9 @@ class ClusterSide:
         # on resourceslices; without it the page says why the map is missing, culling goes on).
         self.slices = Cache("resourceslices", self.resource.list_resource_slice, self._changed)
         self._tasks = [
-            asyncio.ensure_future(c.run()) for c in (self.claims, self.holders, self.nodes, self.slices)
+            asyncio.ensure_future(c.run())
+            for c in (self.claims, self.holders, self.nodes, self.slices, self.jobs)
+            if c
         ]
 
     def node_names(self) -> set[str] | None:

@@ -118,4 +118,7 @@ def exposition(culler: Culler) -> str:
     """The text /metrics serves for this culler's state now."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(CullerCollector(culler))
+    from gpusessions.culler.jobs import JobsCollector
+
+    registry.register(JobsCollector(culler))  # notebook jobs (none without the culler's Job watch)
     return generate_latest(registry).decode()

@@ -23,6 +23,7 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from jupyterhub.utils import url_path_join
 from tornado import web
 
+from gpusessions.culler import jobs as culler_jobs
 from gpusessions.culler import summary
 from gpusessions.culler.cycle import Culler
 from gpusessions.culler.hubconfig import ADMIN_SCOPE
@@ -140,6 +141,7 @@ class SessionsHandler(_Admin):
             json.dumps(
                 {
                     "sessions": self.culler.describe(),
+                    "jobs": culler_jobs.rows(culler_jobs.watched(self.culler) or []),  # notebook jobs
                     "cycles": self.culler.cycles,
                     "last_cycle": iso(self.culler.last_cycle),
                     "dry_run": self.culler.policy.dry_run,

@@ -158,6 +158,7 @@ class KeepHandler(APIHandler):
 def handlers() -> list[tuple[str, Any]]:
     """Routes under the hub prefix (/hub/)."""
     from gpusessions.hub import gpustate
+    from gpusessions.hub.jobs import handlers as job_handlers
     from gpusessions.hub.noticepage import NoticesPage
     from gpusessions.hub.picker import AvailabilityHandler
 
@@ -169,6 +170,7 @@ def handlers() -> list[tuple[str, Any]]:
         (r"/api/gpusessions/users/([^/]+)/keep", KeepHandler),
         (r"/api/gpusessions/users/([^/]+)/release", ReleaseGPUHandler),
         (r"/api/gpusessions/users/([^/]+)/servers/([^/]+)/release", ReleaseGPUHandler),
+        *job_handlers(),  # notebook jobs (hub/jobs.py)
     ]
 
 

@@ -8,13 +8,14 @@ the document's one schema is `settings.schema.json` beside this module (jsonsche
 check() adds only the rules across items that a schema cannot state.
 
     {"sizes": [{"name", "displayName", "description", "deviceClass", "count", "default",
-                "match"?, "priorityClass"?, "persistKernels"?}],
+                "match"?, "priorityClass"?, "jobPriorityClass"?, "persistKernels"?}],
      "cpuProfile": {"enabled", "displayName", "description"},
      "kai": {"enabled", "schedulerName", "priorityClass", "defaultQueue",
              "queues": {<queue>: {"groups": [...], "gpuEquivalents": 2}}},
      "holder": {"image", "persistKernels", "kernelImage", "kernelNetworkPolicy",
                 "onHolderLoss", "keepGpuOnStop", "agentTokenSecret"},
-     "culler": {"enabled", "serviceName", "url"? | "args"?, "admins", "adminGroups"}}
+     "culler": {"enabled", "serviceName", "url"? | "args"?, "admins", "adminGroups"},
+     "jobs": {"enabled"}}
 """
 
 from __future__ import annotations
@@ -151,6 +152,8 @@ def profiles(settings: Obj) -> list[Obj]:
             override["gpu_size"] = s["match"]
         if "priorityClass" in s:
             override["kai_priority_class"] = s["priorityClass"]
+        if "jobPriorityClass" in s:  # this size's notebook jobs (hub/jobs.py; default `train`)
+            override["job_priority_class"] = s["jobPriorityClass"]
         if "persistKernels" in s:
             override["persist_kernels"] = s["persistKernels"]
         entry = {
@@ -198,6 +201,9 @@ def apply(c: Any, settings: Obj, culler_env: dict[str, str] | None = None) -> No
         g.kai_gpu_quota = {
             q: spec["gpuEquivalents"] for q, spec in kai["queues"].items() if spec.get("gpuEquivalents")
         }
+    # Notebook jobs (hub/jobs.py): off unless the document enables them (the chart's roles do
+    # not grant their rights yet); the culler lists them when it runs here (`--jobs`).
+    c.NotebookJobs.enabled = bool(settings.get("jobs", {}).get("enabled", False))
     configure_hub(c)
     culler = settings.get("culler", {})
     if culler.get("enabled"):

@@ -843,6 +843,12 @@ class GPUSessionSpawner(KubeSpawner):
             await super().delete_forever()
         finally:
             await self.release_gpu()
+            if not self.name and self.user is not None:  # the default server goes only with the user:
+                # so do the user's notebook jobs
+                from gpusessions.hub.jobs import NotebookJobs, delete_user_jobs
+
+                if NotebookJobs(config=self.config).enabled:
+                    await delete_user_jobs(self.namespace, self.user.name, self.log)
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

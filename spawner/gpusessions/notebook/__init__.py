@@ -33,9 +33,11 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 
 def _link_jupyter_server_extension(serverapp: Any) -> None:
+    from gpusessions.notebook.jobs_config import use_gpu_jobs
     from gpusessions.notebook.kernels import link
 
     link(serverapp)
+    use_gpu_jobs(serverapp)
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:

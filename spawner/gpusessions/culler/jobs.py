@@ -1,0 +1,108 @@
+"""Notebook jobs as the culler service shows them: a `jobs` field in the sessions JSON and
+Prometheus metrics. Jobs are never sessions to cull (their claims are not the culler's); this is
+a read-only view of the Jobs the hub created (`core/jobs.py`), from the culler's Job watch."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpusessions.core import jobs as J
+from gpusessions.core import labels as L
+
+Obj = dict[str, Any]
+# The culler's watch of Jobs: the hub's notebook jobs only.
+SELECTOR = f"{L.MANAGED_BY}={L.MANAGER},{L.NOTEBOOK_COMPONENT}={J.JOB}"
+
+
+def _epoch(v: Any) -> float | None:
+    if isinstance(v, datetime):
+        return v.timestamp()
+    if isinstance(v, str) and v:
+        try:
+            return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def rows(jobs: Iterable[Obj], now: float | None = None) -> list[Obj]:
+    """One row per Job: who, where, what, its state and the GPU time it has held (its run time
+    since it first started x its GPU workers; waits after a preemption included)."""
+    now = time.time() if now is None else now
+    out = []
+    for job in jobs:
+        md = job.get("metadata") or {}
+        req = J.read_request(job)
+        st = job.get("status") or {}
+        state = J.job_state(job)
+        pod = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+        gpus = int(req.get("workers") or 1) if pod.get("resourceClaims") else 0
+        start, end = _epoch(st.get("startTime")), _epoch(st.get("completionTime"))
+        held = max(0.0, (end or now) - start) * gpus if start else 0.0
+        out.append(
+            {
+                "namespace": md.get("namespace", ""),
+                "job": md.get("name", ""),
+                "id": (md.get("labels") or {}).get(J.JOB_ID_LABEL, ""),
+                "user": (md.get("annotations") or {}).get(L.USER_ANNOTATION, ""),
+                "name": req.get("name", ""),
+                "input": req.get("input", ""),
+                "size": req.get("size", ""),
+                "size_text": req.get("size_text", ""),
+                "workers": req.get("workers", 1),
+                "queue": (md.get("labels") or {}).get(L.QUEUE_LABEL) or "",
+                "priority": pod.get("priorityClassName") or "",
+                "state": state["state"],
+                "message": state["message"],
+                "requeues": state["requeues"],
+                "created": md.get("creationTimestamp"),
+                "gpu_seconds": round(held, 1),
+            }
+        )
+    out.sort(key=lambda r: str(r["created"] or ""), reverse=True)
+    return out
+
+
+def watched(culler: Any) -> list[Obj] | None:
+    """The Jobs the culler's watch holds; None when it has no Job watch."""
+    cache = getattr(getattr(culler, "cluster", None), "jobs", None)
+    return None if cache is None else list(cache.objects.values())
+
+
+class JobsCollector(Collector):
+    """`gpusessions_jobs{state,queue,size}` and `gpusessions_job_gpu_seconds{queue,size}`."""
+
+    def __init__(self, culler: Any) -> None:
+        self.culler = culler
+
+    def collect(self) -> Iterator[Metric]:
+        jobs = watched(self.culler)
+        if jobs is None:
+            return
+        table = rows(jobs)
+        count = GaugeMetricFamily(
+            "gpusessions_jobs", "Notebook jobs, by state, queue and size.", labels=["state", "queue", "size"]
+        )
+        for (state, queue, size), n in sorted(
+            Counter((r["state"], r["queue"], r["size"]) for r in table).items()
+        ):
+            count.add_metric([state, queue, size], n)
+        yield count
+        held: Counter[tuple[str, str]] = Counter()
+        for r in table:
+            held[(r["queue"], r["size"])] += r["gpu_seconds"]
+        seconds = GaugeMetricFamily(
+            "gpusessions_job_gpu_seconds",
+            "GPU-seconds held by the notebook jobs that exist now, by queue and size.",
+            labels=["queue", "size"],
+        )
+        for (queue, size), v in sorted(held.items()):
+            seconds.add_metric([queue, size], round(v, 1))
+        yield seconds

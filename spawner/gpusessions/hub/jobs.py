@@ -1,0 +1,462 @@
+"""Notebook jobs through the hub: a notebook run as a Kubernetes Job in the user's team queue.
+
+    GET    /hub/api/gpusessions/users/{user}/jobs[?server=<name>]          the user's jobs
+    POST   /hub/api/gpusessions/users/{user}/jobs[?server=<name>]          submit one
+    GET    /hub/api/gpusessions/users/{user}/jobs/sizes[?server=<name>]    the sizes a job may use
+    GET    /hub/api/gpusessions/users/{user}/jobs/{id}[?server=<name>]     one job
+    DELETE /hub/api/gpusessions/users/{user}/jobs/{id}[?server=<name>]     delete it (and its pods, claims)
+    GET    /hub/api/gpusessions/users/{user}/jobs/{id}/log[?server=<name>] its newest pod's log
+
+The notebook server calls these with its own token (`servers` and `read:servers` on itself,
+see GPUSessionSpawner.server_token_scopes); the user's own token and admins holding those
+scopes on the user work too. Another user gets 404 and learns nothing. The hub checks every
+field (core.jobs.check_request), that the size is one of this user's profiles (or CPU only),
+the user's count of unfinished jobs, and the team queue, and only then creates the objects
+(with the hub's own Kubernetes credentials, never the user's): a refused request creates nothing.
+
+Settings: `c.NotebookJobs.<trait>` (below).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from jupyterhub.apihandlers.base import APIHandler
+from tornado import web
+from traitlets import Bool, Dict, Int, Unicode
+from traitlets.config import Configurable
+
+from gpusessions.core import jobs as J
+from gpusessions.core import labels as L
+from gpusessions.core import queues as Q
+from gpusessions.core.claims import GPURequest
+from gpusessions.core.progress import Refused
+from gpusessions.core.requests import profile_settings, request_from
+from gpusessions.hub.handlers import _authorize
+from gpusessions.kube.api import KubeError
+
+Obj = dict[str, Any]
+CPU = "cpu"
+
+
+class NotebookJobs(Configurable):
+    """Settings of notebook jobs (`c.NotebookJobs`)."""
+
+    enabled = Bool(True, help="Offer notebook jobs (the endpoints answer 404 when off).").tag(config=True)
+    priority_class = Unicode(
+        J.PRIORITY_CLASS,
+        help="KAI priority class of a job's pods (default `train`: preemptible, may run over the "
+        "queue's quota, reclaimed when the owning team needs its GPUs). A size's profile may set "
+        "its own with `kubespawner_override: {job_priority_class: ...}`.",
+    ).tag(config=True)
+    queue_priority_class = Dict(
+        value_trait=Unicode(),
+        help="Priority class per team queue ({queue: class}), over `priority_class`, under a size's own.",
+    ).tag(config=True)
+    requeue_limit = Int(
+        3,
+        min=0,
+        help="How many times a job may be preempted (evicted by the scheduler) and requeued before "
+        "it is stopped as failed (the Job's backoffLimit; any other failure fails it at once).",
+    ).tag(config=True)
+    max_active_jobs = Int(5, min=1, help="Unfinished (queued or running) jobs one user may have.").tag(
+        config=True
+    )
+    max_workers = Int(
+        4, min=1, max=J.MAX_WORKERS, help="Workers one job may ask for (started all or none)."
+    ).tag(config=True)
+    max_parameters = Int(J.MAX_PARAMETERS, min=0, max=J.MAX_PARAMETERS, help="Parameters per job.").tag(
+        config=True
+    )
+    allow_cpu = Bool(True, help="Offer 'CPU only' jobs even without a CPU profile.").tag(config=True)
+    image = Unicode(
+        "",
+        help="The jobs' image; empty: the user's notebook image (the size's profile's, else the spawner's).",
+    ).tag(config=True)
+    papermill = Unicode("papermill", help="The papermill command in the image.").tag(config=True)
+    ttl_seconds_after_finished = Int(
+        None,
+        allow_none=True,
+        help="Delete finished jobs (and their log) this long after they end; None: keep them "
+        "until the user deletes them.",
+    ).tag(config=True)
+    active_deadline_seconds = Int(
+        None, allow_none=True, help="Stop a job that runs longer than this; None: no limit."
+    ).tag(config=True)
+    log_tail_lines = Int(500, min=1, help="Lines of a job's log the log endpoint returns.").tag(config=True)
+
+
+def job_settings(handler: APIHandler) -> NotebookJobs:
+    return NotebookJobs(config=handler.settings.get("config"))
+
+
+# -- the user's spawner settings ------------------------------------------------------------
+def _static_env(spawner: Any) -> dict[str, str]:
+    env = {}
+    for k, v in (getattr(spawner, "environment", None) or {}).items():
+        if isinstance(v, str):
+            env[k] = spawner._expand_all(v)
+    return env
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _resources(spawner: Any) -> Obj:
+    requests, limits = {}, {}
+    if getattr(spawner, "cpu_guarantee", None):
+        requests["cpu"] = str(spawner.cpu_guarantee)
+    if getattr(spawner, "mem_guarantee", None):
+        requests["memory"] = str(spawner.mem_guarantee)
+    if getattr(spawner, "cpu_limit", None):
+        limits["cpu"] = str(spawner.cpu_limit)
+    if getattr(spawner, "mem_limit", None):
+        limits["memory"] = str(spawner.mem_limit)
+    out: Obj = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def settings_for(
+    spawner: Any, cfg: NotebookJobs, profile: Obj | None, queue: str | None, policy: Q.QueuePolicy
+) -> J.JobSettings:
+    override = (profile or {}).get("kubespawner_override") or {}
+    image = cfg.image or override.get("image") or spawner.image
+    sched = policy.scheduling(queue)
+    priority = None
+    if sched is not None:
+        priority = J.job_priority(
+            cfg.priority_class, cfg.queue_priority_class, override.get("job_priority_class"), queue
+        )
+    volumes = spawner._expand_all(spawner._sorted_dict_values(spawner.volumes))
+    mounts = spawner._expand_all(spawner._sorted_dict_values(spawner.volume_mounts))
+    return J.JobSettings(
+        image=str(image),
+        home=str(spawner.working_dir or spawner.notebook_dir or "/home/jovyan"),
+        volumes=tuple(volumes),
+        volume_mounts=tuple(mounts),
+        env=_static_env(spawner),
+        resources=_resources(spawner),
+        uid=_int(spawner.uid),
+        gid=_int(spawner.gid),
+        fs_gid=_int(spawner.fs_gid),
+        node_selector=dict(spawner.node_selector or {}),
+        tolerations=tuple(spawner.tolerations or ()),
+        image_pull_policy=spawner.image_pull_policy or None,
+        image_pull_secrets=tuple(
+            s if isinstance(s, str) else s.get("name", "") for s in (spawner.image_pull_secrets or [])
+        ),
+        scheduler_name=sched.scheduler_name if sched else None,
+        priority_class=priority,
+        queue_labels=dict(sched.labels) if sched else {},
+        requeue_limit=cfg.requeue_limit,
+        ttl_after_finished=cfg.ttl_seconds_after_finished,
+        active_deadline=cfg.active_deadline_seconds,
+        papermill=cfg.papermill,
+    )
+
+
+async def user_sizes(spawner: Any, cfg: NotebookJobs) -> list[tuple[str, Obj | None, GPURequest | None]]:
+    """(slug, profile, GPU request or None) of each size this user may run a job on."""
+    out: list[tuple[str, Obj | None, GPURequest | None]] = []
+    for p in await spawner._profile_list_for_user():
+        try:
+            req = request_from(profile_settings(spawner, p))
+        except (TypeError, ValueError):
+            continue  # a profile the spawner refuses is no size for a job either
+        out.append((str(p["slug"]), p, req if req.wants_gpu else None))
+    if cfg.allow_cpu and not any(gpu is None for _, _, gpu in out):
+        out.append((CPU, None, None))
+    return out
+
+
+async def delete_user_jobs(namespace: str, user_name: str, log: Any) -> int:
+    """Delete every notebook job of a user (the user is being deleted): Jobs, and with them
+    their pods, claims and claim templates. Returns how many Jobs were deleted."""
+    from gpusessions.kube.jobs import JobsAPI
+
+    api = JobsAPI()
+    n = 0
+    try:
+        for j in await api.list_jobs(namespace, _selector(user_name)):
+            if J.owned_by_user(j, user_name):
+                n += await api.delete_job(namespace, j["metadata"]["name"])
+                await api.delete_claim_template(namespace, j["metadata"]["name"])
+    except KubeError as e:  # the user still goes; say what is left
+        log.warning("The notebook jobs of %s could not all be deleted: %s", user_name, e)
+    if n:
+        log.info("Deleted %d notebook job(s) of %s with the user", n, user_name)
+    return n
+
+
+# -- handlers -------------------------------------------------------------------------------
+class JobsBase(APIHandler):
+    def _begin(self, user_name: str, write: bool) -> tuple[Any, Any, NotebookJobs]:
+        cfg = job_settings(self)
+        if not cfg.enabled:
+            raise web.HTTPError(404, "Notebook jobs are not enabled on this hub.")
+        # The token of one of the user's servers acts for the user's jobs (default server unless
+        # ?server= names it); the user's own token, or an admin's with these scopes, too.
+        server = self.get_argument("server", "")
+        _authorize(self, "servers" if write else "read:servers", user_name, server)
+        user = self.find_user(user_name)
+        if user is None:
+            raise web.HTTPError(404, f"No such user: {user_name}")
+        spawner = user.spawners[""]
+        if not hasattr(spawner, "_profile_list_for_user"):
+            raise web.HTTPError(400, "This hub's spawner is not gpusessions.")
+        return user, spawner, cfg
+
+    def _json(self, body: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.write(json.dumps(body))
+
+    async def _find(self, spawner: Any, user_name: str, job_id: str) -> Obj:
+        from gpusessions.kube.jobs import JobsAPI
+
+        if not J._ID.match(job_id):
+            raise web.HTTPError(404, "No such job.")
+        job = await JobsAPI().get_job(spawner.namespace, J.job_name(job_id))
+        if job is None or not J.owned_by_user(job, user_name):
+            raise web.HTTPError(404, "No such job.")
+        return job
+
+
+def _selector(user_name: str) -> str:
+    return (
+        f"{L.MANAGED_BY}={L.MANAGER},{L.NOTEBOOK_COMPONENT}={J.JOB},{L.USER_LABEL}={L.label_value(user_name)}"
+    )
+
+
+async def evictions(api: Any, namespace: str, jobs: list[Obj]) -> list[Obj]:
+    """KAI's Evict events in the namespace, read only when one of `jobs` was preempted."""
+    from gpusessions.core import reclaim
+
+    if not any(int((j.get("status") or {}).get("failed") or 0) for j in jobs):
+        return []
+    try:
+        return list(await api.events(namespace, reclaim.EVICT_SELECTOR))
+    except KubeError:
+        return []
+
+
+def describe(job: Obj, pods: list[Obj], now: float | None = None, events: list[Obj] | None = None) -> Obj:
+    """A job as the endpoints answer it."""
+    md = job["metadata"]
+    req = J.read_request(job)
+    job_id = (md.get("labels") or {}).get(J.JOB_ID_LABEL, "")
+    spec = (job.get("spec") or {}).get("template", {}).get("spec", {})
+    gpus = 0.0
+    if spec.get("resourceClaims"):
+        gpus = 1.0
+    by = J.preempted_by(events or [], md.get("namespace", ""), job) if events else ""
+    state = J.job_state(job, pods, by)
+    stem = str(req.get("input", "x.ipynb")).rsplit("/", 1)[-1][: -len(".ipynb")]
+    return {
+        "id": job_id,
+        "name": req.get("name", ""),
+        "input": req.get("input", ""),
+        "size": req.get("size", ""),
+        "size_text": req.get("size_text", ""),
+        "parameters": req.get("parameters", {}),
+        "workers": req.get("workers", 1),
+        "output_formats": req.get("output_formats", ["ipynb"]),
+        "output_dir": J.output_dir(job_id),
+        # Several workers: each writes <stem>.worker-<index>.ipynb; the first is the job's.
+        "outputs": {
+            "ipynb": f"{J.output_dir(job_id)}/{stem}{'.worker-0' if req.get('workers', 1) > 1 else ''}.ipynb"
+        },
+        "queue": (md.get("labels") or {}).get(L.QUEUE_LABEL),
+        "priority": spec.get("priorityClassName"),
+        "created": md.get("creationTimestamp"),
+        "gpu_seconds": round(J.gpu_seconds(pods, gpus, now or time.time()), 1),
+        **state,
+    }
+
+
+def _by_job(pods: list[Obj]) -> dict[str, list[Obj]]:
+    out: dict[str, list[Obj]] = {}
+    for p in pods:
+        out.setdefault((p["metadata"].get("labels") or {}).get(J.JOB_ID_LABEL, ""), []).append(p)
+    return out
+
+
+class JobsHandler(JobsBase):
+    async def get(self, user_name: str) -> None:
+        from gpusessions.kube.jobs import JobsAPI
+
+        _, spawner, _ = self._begin(user_name, write=False)
+        api = JobsAPI()
+        jobs = [
+            j
+            for j in await api.list_jobs(spawner.namespace, _selector(user_name))
+            if J.owned_by_user(j, user_name)
+        ]
+        pods = _by_job(await api.list_pods(spawner.namespace, _selector(user_name)))
+        events = await evictions(api, spawner.namespace, jobs)
+        out = [
+            describe(j, pods.get(j["metadata"]["labels"].get(J.JOB_ID_LABEL, ""), []), events=events)
+            for j in jobs
+        ]
+        out.sort(key=lambda j: str(j.get("created") or ""), reverse=True)
+        self._json({"jobs": out})
+
+    async def post(self, user_name: str) -> None:
+        from gpusessions.kube.jobs import JobsAPI
+
+        user, spawner, cfg = self._begin(user_name, write=True)
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "The request is not JSON.") from None
+        try:
+            req = J.check_request(body, J.Limits(cfg.max_parameters, cfg.max_workers))
+        except J.InvalidJob as e:
+            raise web.HTTPError(400, f"Invalid job: {e}.") from None
+        sizes = await user_sizes(spawner, cfg)
+        match = next(((p, g) for slug, p, g in sizes if slug == req.size), None)
+        if match is None:
+            raise web.HTTPError(
+                400,
+                f"Invalid job: size {req.size!r} is not one of yours ({', '.join(s for s, _, _ in sizes)}).",
+            )
+        profile, gpu = match
+        policy = Q.QueuePolicy.of(spawner)
+        groups = [g.name for g in getattr(user, "groups", []) or []]
+        try:
+            queue = await policy.queue_of(spawner, groups)
+        except Refused as e:
+            raise web.HTTPError(403, str(e).replace("your server", "your job")) from None
+        api = JobsAPI()
+        active = [
+            j
+            for j in await api.list_jobs(spawner.namespace, _selector(user_name))
+            if J.owned_by_user(j, user_name) and J.job_state(j)["state"] in ("queued", "running")
+        ]
+        if len(active) >= cfg.max_active_jobs:
+            raise web.HTTPError(
+                429,
+                f"You have {len(active)} unfinished job(s), the most one user may have: wait for one to "
+                "end or delete one.",
+            )
+        settings = settings_for(spawner, cfg, profile, queue, policy)
+        job_id = uuid.uuid4().hex[:12]
+        ns = spawner.namespace
+        size_text = gpu.describe() if gpu else "CPU only"
+        job = J.build_job(job_id, ns, user_name, req, settings, gpu, size_text)
+        try:
+            if gpu is not None:
+                await api.create_claim_template(
+                    J.build_claim_template(job_id, ns, user_name, gpu, settings.queue_labels)
+                )
+            try:
+                created = await api.create_job(job)
+            except Exception:
+                if gpu is not None:
+                    await api.delete_claim_template(ns, J.job_name(job_id))
+                raise
+            if gpu is not None:
+                await api.own_claim_template(ns, J.job_name(job_id), J.owner_reference(created))
+        except KubeError as e:
+            self.log.warning("Notebook job of %s not created: %s", user_name, e)
+            raise web.HTTPError(502, f"The cluster refused the job: {e.message}") from None
+        self.log.info(
+            "Notebook job %s of %s: %s on %s in queue %s (%s)",
+            job_id,
+            user_name,
+            req.input,
+            size_text,
+            queue,
+            settings.priority_class,
+        )
+        self._json(describe(created, []), status=201)
+
+
+class JobSizesHandler(JobsBase):
+    async def get(self, user_name: str) -> None:
+        from gpusessions.hub.picker import figures_for
+
+        _, spawner, cfg = self._begin(user_name, write=False)
+        sizes = await user_sizes(spawner, cfg)
+        profiles = [p for _, p, _ in sizes if p is not None]
+        figures = {f["slug"]: f for f in (await figures_for(spawner, profiles))["profiles"]}
+        out = []
+        for slug, p, gpu in sizes:
+            f = figures.get(slug, {})
+            out.append(
+                {
+                    "slug": slug,
+                    "display_name": (p or {}).get("display_name", "CPU only") if p else "CPU only",
+                    "gpu": gpu is not None,
+                    "describe": gpu.describe() if gpu else "CPU only",
+                    "availability": f.get("availability", "No GPU: starts right away." if not gpu else ""),
+                    "free": f.get("free"),
+                    "total": f.get("total"),
+                    "queue": f.get("queue"),
+                }
+            )
+        self._json({"sizes": out})
+
+
+class JobHandler(JobsBase):
+    async def get(self, user_name: str, job_id: str) -> None:
+        from gpusessions.kube.jobs import JobsAPI
+
+        _, spawner, _ = self._begin(user_name, write=False)
+        job = await self._find(spawner, user_name, job_id)
+        api = JobsAPI()
+        pods = await api.list_pods(spawner.namespace, f"{J.JOB_ID_LABEL}={job_id}")
+        events = await evictions(api, spawner.namespace, [job])
+        self._json(describe(job, [p for p in pods if J.owned_by_user(p, user_name)], events=events))
+
+    async def delete(self, user_name: str, job_id: str) -> None:
+        from gpusessions.kube.jobs import JobsAPI
+
+        _, spawner, _ = self._begin(user_name, write=True)
+        await self._find(spawner, user_name, job_id)
+        api = JobsAPI()
+        deleted = await api.delete_job(spawner.namespace, J.job_name(job_id))
+        await api.delete_claim_template(spawner.namespace, J.job_name(job_id))
+        self.log.info("Notebook job %s of %s deleted", job_id, user_name)
+        self._json({"id": job_id, "deleted": deleted})
+
+
+class JobLogHandler(JobsBase):
+    async def get(self, user_name: str, job_id: str) -> None:
+        from gpusessions.kube.jobs import JobsAPI
+
+        _, spawner, cfg = self._begin(user_name, write=False)
+        await self._find(spawner, user_name, job_id)
+        api = JobsAPI()
+        pods = await api.list_pods(spawner.namespace, f"{J.JOB_ID_LABEL}={job_id}")
+        pods.sort(key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+        if not pods:
+            self._json({"id": job_id, "pod": None, "log": "", "message": "No pod has started yet."})
+            return
+        pod = pods[-1]["metadata"]["name"]
+        try:
+            text = await api.pod_log(spawner.namespace, pod, J.CONTAINER, cfg.log_tail_lines)
+        except KubeError as e:
+            text, message = "", f"The log cannot be read yet: {e.message}"
+        else:
+            message = "" if text is not None else "The pod is gone."
+        self._json({"id": job_id, "pod": pod, "log": text or "", "message": message})
+
+
+def handlers() -> list[tuple[str, Any]]:
+    """Routes under the hub prefix (/hub/)."""
+    return [
+        (r"/api/gpusessions/users/([^/]+)/jobs", JobsHandler),
+        (r"/api/gpusessions/users/([^/]+)/jobs/sizes", JobSizesHandler),
+        (r"/api/gpusessions/users/([^/]+)/jobs/([^/]+)", JobHandler),
+        (r"/api/gpusessions/users/([^/]+)/jobs/([^/]+)/log", JobLogHandler),
+    ]

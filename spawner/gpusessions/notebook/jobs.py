@@ -1,0 +1,301 @@
+"""jupyter-scheduler's backend for gpusessions: "Create Notebook Job" runs the notebook as a
+Kubernetes Job in the user's team queue, through the hub (never with the user's credentials).
+
+Enabled by `jupyter-config/gpusessions.json` (installed with the package):
+
+    SchedulerApp.scheduler_class = gpusessions.notebook.jobs.GPUJobsScheduler
+    SchedulerApp.environment_manager_class = gpusessions.notebook.jobs.GPUSizesEnvironmentManager
+
+- The environments offered are the GPU sizes of the user's hub profiles and "CPU only", with
+  what is free now (`GET /hub/api/gpusessions/users/<user>/jobs/sizes`).
+- A job is submitted to the hub (`POST .../jobs`) with this server's `$JUPYTERHUB_API_TOKEN`;
+  the hub checks it and creates the Job. The notebook runs with papermill in its own pod and
+  writes the executed notebook to `jobs/<id>/` in the home, which the Notebook Jobs panel
+  links to (nothing to download). The job outlives this server.
+- States: queued (with the scheduler's reason), in progress, completed, failed; a preempted
+  job shows "Preempted N time(s) ..., requeued" while it waits again.
+- Not offered: schedules (job definitions), stopping a job without deleting it, HTML output.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import posixpath
+from typing import Any
+
+from jupyter_scheduler.environments import EnvironmentManager
+from jupyter_scheduler.exceptions import SchedulerError
+from jupyter_scheduler.models import (
+    CountJobsQuery,
+    CreateJob,
+    CreateJobDefinition,
+    CreateJobFromDefinition,
+    DescribeJob,
+    DescribeJobDefinition,
+    JobFile,
+    ListJobDefinitionsQuery,
+    ListJobDefinitionsResponse,
+    ListJobsQuery,
+    ListJobsResponse,
+    RuntimeEnvironment,
+    Status,
+    UpdateJob,
+    UpdateJobDefinition,
+)
+from jupyter_scheduler.scheduler import BaseScheduler
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from traitlets import Any as AnyTrait
+from traitlets import Unicode
+
+from gpusessions.notebook.handlers import HubRelay
+
+STATES = {
+    "queued": Status.QUEUED,
+    "running": Status.IN_PROGRESS,
+    "completed": Status.COMPLETED,
+    "failed": Status.FAILED,
+    "stopped": Status.STOPPED,
+}
+NO_SCHEDULES = (
+    "Schedules are not available for GPU jobs yet: use 'Run now' (each run waits in your team's "
+    "queue until a GPU is free)."
+)
+
+
+async def hub_call(method: str, action: str, body: Any = None, relay: HubRelay | None = None) -> Any:
+    """Call the hub's job endpoint; `SchedulerError` with the hub's own words on refusal."""
+    relay = relay or HubRelay()
+    if not relay.enabled:
+        raise SchedulerError("GPU jobs need JupyterHub with gpusessions (this server is not started by it).")
+    req = HTTPRequest(
+        relay.url(action),
+        method=method,
+        headers={"Authorization": f"token {relay.token}", "Content-Type": "application/json"},
+        body=json.dumps(body) if body is not None else None,
+        request_timeout=20,
+    )
+    try:
+        resp = await AsyncHTTPClient().fetch(req)
+    except HTTPClientError as e:
+        raw = e.response.body if e.response is not None else b""
+        try:
+            message = json.loads(raw or b"{}").get("message") or str(e)
+        except (ValueError, AttributeError):
+            message = raw.decode(errors="replace")[:300] or str(e)
+        raise SchedulerError(str(message)) from None
+    except OSError as e:
+        raise SchedulerError(f"The hub could not be reached: {e}") from None
+    return json.loads(resp.body or b"null")
+
+
+class GPUSizesEnvironmentManager(EnvironmentManager):
+    """The sizes a job may run on (the user's hub profiles and CPU only), with availability."""
+
+    def output_formats_mapping(self) -> dict[str, str]:
+        return {"ipynb": "Notebook"}
+
+    def manage_environments_command(self) -> str:
+        return ""
+
+    # jupyter-scheduler's form lists environments by name but submits their label: label -> name.
+    by_label: dict[str, str]
+
+    async def list_environments(self) -> list[RuntimeEnvironment]:
+        sizes = (await hub_call("GET", "jobs/sizes"))["sizes"]
+        out = []
+        for s in sizes:
+            queue = (s.get("queue") or {}).get("text") or ""
+            out.append(
+                RuntimeEnvironment(
+                    name=s["slug"],
+                    label=f"{s['display_name']} ({s['describe']})" if s["gpu"] else s["display_name"],
+                    description=" ".join(x for x in (s.get("availability") or "", queue) if x),
+                    file_extensions=["ipynb"],
+                    output_formats=["ipynb"],
+                    metadata={"gpu": str(bool(s["gpu"])).lower()},
+                    compute_types=None,
+                    default_compute_type=None,
+                    utc_only=None,
+                )
+            )
+        self.by_label = {e.label: e.name for e in out}
+        return out
+
+    def size_of(self, submitted: str) -> str:
+        """The size slug of what the form submitted (a label or a name)."""
+        return getattr(self, "by_label", {}).get(submitted, submitted)
+
+
+def _param(value: str) -> Any:
+    """A parameter from the form (text) with its type: 3 -> int, 0.1 -> float, true -> bool."""
+    try:
+        v = json.loads(value)
+    except (TypeError, ValueError):
+        return value
+    return v if v is None or isinstance(v, (int, float, bool)) else value
+
+
+def lab_id(job_id: str) -> str:
+    """The job's id in jupyter-scheduler (its URLs want a dash): the Job's name, nbjob-<id>."""
+    return f"nbjob-{job_id}"
+
+
+def hub_id(lab_job_id: str) -> str:
+    return lab_job_id.removeprefix("nbjob-")
+
+
+def _ms(iso: Any) -> int | None:
+    if not iso:
+        return None
+    try:
+        return int(datetime.datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+class GPUJobsScheduler(BaseScheduler):
+    """jupyter-scheduler's scheduler, backed by the hub's notebook jobs (no local database)."""
+
+    db_url = Unicode(help="Not used (jupyter-scheduler passes it).").tag(config=True)
+    task_runner = AnyTrait(None, allow_none=True, help="No local task runner: the cluster runs jobs.")
+
+    def __init__(self, root_dir: str, environments_manager: Any, config: Any = None, **kwargs: Any) -> None:
+        kwargs.pop("db_url", None)
+        super().__init__(
+            root_dir=root_dir, environments_manager=environments_manager, config=config, **kwargs
+        )
+
+    # -- jobs -------------------------------------------------------------------------------
+    async def create_job(self, model: CreateJob) -> str:
+        if model.job_definition_id:
+            raise SchedulerError(NO_SCHEDULES)
+        body = {
+            "name": model.name,
+            "input": self._input(model.input_uri),
+            "size": self._size(model.runtime_environment_name),
+            "parameters": {k: _param(v) for k, v in (model.parameters or {}).items()},
+            "output_formats": [f for f in (model.output_formats or ["ipynb"]) if f == "ipynb"] or ["ipynb"],
+        }
+        job = await hub_call("POST", "jobs", body)
+        return lab_id(job["id"])
+
+    def _size(self, submitted: str) -> str:
+        envs = self.environments_manager
+        return envs.size_of(submitted) if isinstance(envs, GPUSizesEnvironmentManager) else submitted
+
+    def _input(self, input_uri: str) -> str:
+        """The notebook's path relative to the home (the hub checks it is inside)."""
+        if not self.file_exists(input_uri):
+            raise SchedulerError(f"Input path '{input_uri}' does not exist.")
+        return os.path.relpath(os.path.join(self.root_dir, input_uri), self._home()).replace(os.sep, "/")
+
+    def _home(self) -> str:
+        """The folder the job's paths are relative to: the job pod's working folder, which is
+        this server's root (the user's home)."""
+        return os.path.abspath(self.root_dir)
+
+    def describe(self, j: dict[str, Any]) -> DescribeJob:
+        created = _ms(j.get("created")) or 0
+        outputs = j.get("outputs") or {}
+        rel_home = os.path.relpath(self._home(), os.path.abspath(self.root_dir))
+        files = []
+        for fmt in j.get("output_formats") or ["ipynb"]:
+            path = posixpath.normpath(posixpath.join(rel_home, outputs.get(fmt, "")))
+            files.append(
+                JobFile(
+                    display_name="Notebook",
+                    file_format=fmt,
+                    file_path=path if self.file_exists(path) else None,
+                )
+            )
+        files.append(JobFile(display_name="Input", file_format="input", file_path=j.get("input")))
+        status = STATES.get(j.get("state", ""), Status.QUEUED)
+        message = j.get("message") or ""
+        if j.get("queue"):
+            message += (
+                f" Queue {j['queue']}, priority {j.get('priority')}, {j.get('size_text') or j['size']}."
+            )
+        if j.get("gpu_seconds"):
+            message += f" GPU time {j['gpu_seconds'] / 60:.1f} min."
+        return DescribeJob(
+            name=j.get("name") or j["id"],
+            input_filename=posixpath.basename(j.get("input") or "notebook.ipynb"),
+            runtime_environment_name=j.get("size") or "",
+            runtime_environment_parameters=None,
+            output_formats=list(j.get("output_formats") or ["ipynb"]),
+            parameters={
+                k: json.dumps(v) if not isinstance(v, str) else v
+                for k, v in (j.get("parameters") or {}).items()
+            },
+            job_id=lab_id(j["id"]),
+            url=f"/jobs/{lab_id(j['id'])}",
+            create_time=created,
+            update_time=created,
+            start_time=_ms(j.get("start_time")),
+            end_time=_ms(j.get("completion_time")),
+            status=status,
+            status_message=message.strip(),
+            job_files=files,
+            downloaded=all(f.file_path for f in files),
+        )
+
+    async def list_jobs(self, query: ListJobsQuery) -> ListJobsResponse:
+        jobs = [self.describe(j) for j in (await hub_call("GET", "jobs"))["jobs"]]
+        if query.status:
+            jobs = [j for j in jobs if j.status == query.status]
+        if query.name:
+            jobs = [j for j in jobs if j.name.startswith(query.name)]
+        if query.start_time:
+            jobs = [j for j in jobs if (j.start_time or 0) >= query.start_time]
+        n = len(jobs)
+        return ListJobsResponse(jobs=jobs[: query.max_items or n], total_count=n)
+
+    async def count_jobs(self, query: CountJobsQuery) -> int:
+        jobs = (await hub_call("GET", "jobs"))["jobs"]
+        return sum(1 for j in jobs if STATES.get(j.get("state", "")) == query.status)
+
+    async def get_job(self, job_id: str, job_files: bool | None = True) -> DescribeJob:
+        return self.describe(await hub_call("GET", f"jobs/{hub_id(job_id)}"))
+
+    async def delete_job(self, job_id: str) -> None:
+        await hub_call("DELETE", f"jobs/{hub_id(job_id)}")
+
+    async def stop_job(self, job_id: str) -> None:
+        # A Job cannot be paused and resumed on the same GPU: stopping deletes it.
+        await hub_call("DELETE", f"jobs/{hub_id(job_id)}")
+
+    async def update_job(self, job_id: str, model: UpdateJob) -> None:
+        if model.status == Status.STOPPED:
+            await self.stop_job(job_id)
+            return
+        raise SchedulerError("A GPU job cannot be changed once submitted: delete it and create another.")
+
+    def get_staging_paths(self, model: Any) -> dict[str, str]:
+        return {}
+
+    # -- job definitions (schedules): not offered --------------------------------------------
+    def create_job_definition(self, model: CreateJobDefinition) -> str:
+        raise SchedulerError(NO_SCHEDULES)
+
+    def update_job_definition(self, job_definition_id: str, model: UpdateJobDefinition) -> None:
+        raise SchedulerError(NO_SCHEDULES)
+
+    def delete_job_definition(self, job_definition_id: str) -> None:
+        raise SchedulerError(NO_SCHEDULES)
+
+    def get_job_definition(self, job_definition_id: str) -> DescribeJobDefinition:
+        raise SchedulerError(NO_SCHEDULES)
+
+    def list_job_definitions(self, query: ListJobDefinitionsQuery) -> ListJobDefinitionsResponse:
+        return ListJobDefinitionsResponse(job_definitions=[], total_count=0)
+
+    def create_job_from_definition(self, job_definition_id: str, model: CreateJobFromDefinition) -> str:
+        raise SchedulerError(NO_SCHEDULES)
+
+    def pause_jobs(self, job_definition_id: str) -> None:
+        raise SchedulerError(NO_SCHEDULES)
+
+    def resume_jobs(self, job_definition_id: str) -> None:
+        raise SchedulerError(NO_SCHEDULES)
