@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
-from tests.browser.conftest import login, shot
+from tests.browser.conftest import login, picture
 from tests.integration.conftest import load_file as load_file  # the simulated NVML's load (fixture)
 from tests.integration.hubtools import process_env, spawn, stop
 from tests.integration.test_culler import culler_hub
@@ -94,6 +94,7 @@ def expect_totals(page: Page, want: dict[str, float]) -> None:
     )
 
 
+@pytest.mark.screenshot
 def test_fleet_map_and_totals_follow_the_cluster(
     browser: Browser, hub: Hub, api: KubeAPI, namespace: str, load_file: Path
 ) -> None:
@@ -136,7 +137,7 @@ def test_fleet_map_and_totals_follow_the_cluster(
     expect(row).to_have_class("gs-focus", timeout=10000)
     expect(row).to_be_in_viewport()
     page.evaluate("window.scrollTo(0, 0)")
-    shot(page, "admin-fleet")
+    picture(page, "admin-fleet")  # the README's picture under `make screenshots`
 
     # ben stops his server: his GPU is kept for him.
     stop(hub, "ben")
