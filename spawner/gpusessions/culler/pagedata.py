@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpusessions.culler import jobs as culler_jobs
 from gpusessions.culler.chart import charts
 from gpusessions.culler.fleet import Layout, fleet, layout, pool_of
 from gpusessions.culler.history import IDLE
@@ -150,6 +151,8 @@ class PageData:
             "error": c.last_error,
             "chart": charts(c.history, now),
             "sessions": columns(c.describe(now), NOT_SHOWN),
+            # Notebook jobs (culler --jobs): None when the culler does not watch them.
+            "jobs": None if (watched := culler_jobs.watched(c)) is None else culler_jobs.rows(watched, now),
         }
 
     def serialize(self, doc: Obj) -> bytes:
