@@ -119,5 +119,10 @@ def demo_hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
         "KUBECONFIG": str(paths.kubeconfig),
     }
     hub = start_hub(extra, tmp_path / "demo-hub", timeout=90, env_extra=env)
-    yield hub
-    hub.stop()
+    try:
+        yield hub
+    finally:
+        hub.stop()
+        # The demo's queues are cluster-wide: later tests make queues of the same names.
+        for q in reversed(kai.demo_queues()):
+            api.delete("Queue", q["metadata"]["name"])

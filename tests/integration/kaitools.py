@@ -40,10 +40,25 @@ def queue_names(namespace: str) -> tuple[str, str]:
     return f"dept-{suffix}", f"team-{suffix}"
 
 
+def _create_afresh(api: KubeAPI, q: Obj, timeout: float = 30.0) -> None:
+    """Create a queue; one of that name left by an earlier test (queues are cluster-wide) is
+    deleted first, and waited for."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            api.create(q)
+            return
+        except ApiError as e:
+            if e.status != 409 or time.monotonic() > deadline:
+                raise
+        api.delete("Queue", q["metadata"]["name"])
+        time.sleep(0.5)
+
+
 def make_queues(api: KubeAPI, queues: list[Obj]) -> Iterator[None]:
     """Create the queues (parents first); delete them afterwards (leaves first)."""
     for q in queues:
-        api.create(q)
+        _create_afresh(api, q)
     try:
         yield
     finally:
