@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from pathlib import Path
@@ -146,6 +147,9 @@ def test_progress_tells_the_wait_and_the_allocation(hub: Hub, api: KubeAPI, name
     ]
     assert allocated and allocated[0].endswith("on node gpu-node-0"), messages
     assert messages.index(waiting) < messages.index(allocated[0])
+    # Each thing is said once: the page does not repeat "Waiting for a GPU ..." lines.
+    said = [m for m in messages if m.startswith("Waiting for a GPU")]
+    assert all(a != b for a, b in itertools.pairwise(said)), said
 
 
 def test_changing_the_profile_releases_the_old_device(hub: Hub, api: KubeAPI, namespace: str) -> None:

@@ -111,7 +111,7 @@ class GPUSession:
             alloc = Allocation(claim, kept=True)
             GPU_WAIT.labels(profile, "kept").observe(0)
         else:
-            self.emit(f"Waiting for a GPU ({self.what}) ...")
+            self.emit(P.waiting(self.what, None))
             started, outcome = time.monotonic(), "timeout"
             WAITING.labels(profile).inc()
             try:
@@ -403,7 +403,7 @@ class GPUSession:
         return dict(pod)
 
     async def _wait_allocated(self, timeout: float) -> Obj:
-        last_msg = ""
+        last_msg = P.waiting(self.what, None)  # ensure() said it already
         claim: Obj | None = None
         holder: Obj | None = None
 
