@@ -32,6 +32,7 @@ from typing import Any
 
 from gpusessions.core import labels as L
 from gpusessions.core.claims import REQUEST_NAME, GPURequest
+from gpusessions.core.placement import placement
 
 Obj = dict[str, Any]
 
@@ -188,6 +189,7 @@ class JobSettings:
     fs_gid: int | None = 100
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Obj, ...] = ()
+    affinity: Obj | None = None  # the profile's (placement.affinity_of), as a session's holder gets
     image_pull_policy: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     scheduler_name: str | None = None  # None: the cluster's default scheduler
@@ -278,18 +280,17 @@ def build_job(
     if gpu is not None and gpu.wants_gpu:
         spec["resourceClaims"] = [{"name": REQUEST_NAME, "resourceClaimTemplateName": name}]
         container["resources"] = {**container["resources"], "claims": [{"name": REQUEST_NAME}]}
-    if settings.volumes:
-        spec["volumes"] = [dict(v) for v in settings.volumes]
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        spec["tolerations"] = [dict(t) for t in settings.tolerations]
-    if settings.scheduler_name:
-        spec["schedulerName"] = settings.scheduler_name
-    if settings.priority_class:
-        spec["priorityClassName"] = settings.priority_class
-    if settings.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": s} for s in settings.image_pull_secrets]
+    spec.update(
+        placement(
+            volumes=settings.volumes,
+            node_selector=settings.node_selector,
+            tolerations=settings.tolerations,
+            affinity=settings.affinity,
+            scheduler_name=settings.scheduler_name,
+            priority_class=settings.priority_class,
+            image_pull_secrets=settings.image_pull_secrets,
+        )
+    )
     annotations = {
         **L.owner_annotations(username, ""),
         JOB_ANNOTATION: json.dumps({**request.json(), "size_text": size_text}, sort_keys=True),
