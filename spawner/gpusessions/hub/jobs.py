@@ -284,7 +284,8 @@ def describe(job: Obj, pods: list[Obj], now: float | None = None, events: list[O
         "queue": (md.get("labels") or {}).get(L.QUEUE_LABEL),
         "priority": spec.get("priorityClassName"),
         "created": md.get("creationTimestamp"),
-        "gpu_seconds": round(J.gpu_seconds(pods, gpus, now or time.time()), 1),
+        # The pods there now, and those gone (a preempted run) as the culler noted them.
+        "gpu_seconds": round(J.gpu_seconds(pods, gpus, now or time.time(), J.recorded_run_seconds(job)), 1),
         **state,
     }
 
