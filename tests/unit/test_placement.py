@@ -67,7 +67,7 @@ def test_affinity_is_composed_as_kubespawner_composes_it() -> None:
             "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": NODE_TERM}]
         },
     }
-    assert placement() == {}
+    assert placement(J.JobSettings(image="x")) == {}
     assert pull_secrets(["a", {"name": "b"}, {"name": ""}]) == ("a", "b")
     assert pull_secrets("legacy") == ("legacy",)
 

@@ -213,17 +213,7 @@ def build_holder_pod(
             {"name": "GPUSESSIONS_KERNELS_URL", "value": f"http://$(POD_IP):{kernels.port}"},
             token_env("GPUSESSIONS_KERNELS_TOKEN", kernels.secret),
         ]
-    spec.update(
-        placement(
-            volumes=kernels.volumes if kernels is not None else (),
-            node_selector=settings.node_selector,
-            tolerations=settings.tolerations,
-            affinity=settings.affinity,
-            scheduler_name=settings.scheduler_name,
-            priority_class=settings.priority_class,
-            image_pull_secrets=settings.image_pull_secrets,
-        )
-    )
+    spec.update(placement(settings, volumes=kernels.volumes if kernels is not None else ()))
     return {
         "apiVersion": "v1",
         "kind": "Pod",

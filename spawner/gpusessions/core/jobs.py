@@ -285,17 +285,7 @@ def build_job(
     if gpu is not None and gpu.wants_gpu:
         spec["resourceClaims"] = [{"name": REQUEST_NAME, "resourceClaimTemplateName": name}]
         container["resources"] = {**container["resources"], "claims": [{"name": REQUEST_NAME}]}
-    spec.update(
-        placement(
-            volumes=settings.volumes,
-            node_selector=settings.node_selector,
-            tolerations=settings.tolerations,
-            affinity=settings.affinity,
-            scheduler_name=settings.scheduler_name,
-            priority_class=settings.priority_class,
-            image_pull_secrets=settings.image_pull_secrets,
-        )
-    )
+    spec.update(placement(settings, volumes=settings.volumes))
     annotations = {
         **L.owner_annotations(username, ""),
         JOB_ANNOTATION: json.dumps({**request.json(), "size_text": size_text}, sort_keys=True),

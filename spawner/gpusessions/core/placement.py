@@ -8,13 +8,13 @@ affinity, scheduler, priority and pull secrets reach them the same way.
 - `affinity_of`: KubeSpawner's six affinity settings (`node_affinity_required`, ...,
   `pod_anti_affinity_preferred`) as one `affinity` object, composed as KubeSpawner composes
   them for the notebook pod; None when none is set.
-- `placement`: the spec fields of a pod from those values (only the ones that are set).
+- `placement`: the spec fields of a pod from its settings (only the ones that are set).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 Obj = dict[str, Any]
 
@@ -52,32 +52,40 @@ def affinity_of(get: Callable[[str], Any]) -> Obj | None:
     return out or None
 
 
-def placement(
-    *,
-    volumes: Iterable[Obj] = (),
-    node_selector: Mapping[str, str] | None = None,
-    tolerations: Iterable[Obj] = (),
-    affinity: Obj | None = None,
-    scheduler_name: str | None = None,
-    priority_class: str | None = None,
-    image_pull_secrets: Iterable[str] = (),
-) -> Obj:
-    """The pod spec fields for these values; a field left empty is not set (the cluster's
-    default: its default scheduler, no priority class, any node)."""
+class Placed(Protocol):
+    """Settings that say where a pod runs (`claims.HolderSettings`, `jobs.JobSettings`)."""
+
+    @property
+    def node_selector(self) -> Mapping[str, str]: ...
+    @property
+    def tolerations(self) -> tuple[Obj, ...]: ...
+    @property
+    def affinity(self) -> Obj | None: ...
+    @property
+    def scheduler_name(self) -> str | None: ...
+    @property
+    def priority_class(self) -> str | None: ...
+    @property
+    def image_pull_secrets(self) -> tuple[str, ...]: ...
+
+
+def placement(settings: Placed, volumes: Iterable[Obj] = ()) -> Obj:
+    """The pod spec fields for these settings (and the pod's volumes); a field left empty is
+    not set (the cluster's default: its default scheduler, no priority class, any node)."""
     spec: Obj = {}
     if vols := [dict(v) for v in volumes]:
         spec["volumes"] = vols
-    if node_selector:
-        spec["nodeSelector"] = dict(node_selector)
-    if tols := [dict(t) for t in tolerations]:
+    if settings.node_selector:
+        spec["nodeSelector"] = dict(settings.node_selector)
+    if tols := [dict(t) for t in settings.tolerations]:
         spec["tolerations"] = tols
-    if affinity:
-        spec["affinity"] = affinity
-    if scheduler_name:
-        spec["schedulerName"] = scheduler_name
-    if priority_class:
-        spec["priorityClassName"] = priority_class
-    if secrets := [s for s in image_pull_secrets if s]:
+    if settings.affinity:
+        spec["affinity"] = settings.affinity
+    if settings.scheduler_name:
+        spec["schedulerName"] = settings.scheduler_name
+    if settings.priority_class:
+        spec["priorityClassName"] = settings.priority_class
+    if secrets := [s for s in settings.image_pull_secrets if s]:
         spec["imagePullSecrets"] = [{"name": s} for s in secrets]
     return spec
 
