@@ -42,6 +42,7 @@ c.KubeSpawner.poll_interval = 2
         # With the culler's Job watch (--jobs): it notes the run time of the jobs' pods on their
         # Job, so the evicted pod's GPU time is kept. It culls nobody here (long limits).
         long = ("--idle-limit", "3600", "--stopped-keep", "3600", "--orphan-grace", "3600")
+        long += ("--gpu-idle-limit", "0", "--gpu-idle-limit-contended", "0", "--stopped-keep-contended", "0")
         h = culler_hub(namespace, tmp_path / "hub", args=("--jobs", *long), config=extra)
         yield h
         h.stop()
