@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpusessions.core import jobs as J
 from gpusessions.core.sizes import DeviceMatch
 from gpusessions.culler.model import WARNED_AT
 from helmtools import CHART, helm, values_file
@@ -29,8 +30,9 @@ from localcluster.hubproc import Hub, free_port, start_hub
 from localcluster.kubeapi import KubeAPI
 from localcluster.paths import ClusterPaths
 
-from .hubtools import spawn, stop
+from .hubtools import spawn, stop, user_token
 from .kaitools import kai_pod, podgroup_of
+from .test_jobs import call, job_objects
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
@@ -341,8 +343,25 @@ def _start_culler(
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+# A notebook job's notebook: quick.
+QUICK = {
+    "cells": [
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "source": "import time\ntime.sleep(2)\nprint('ran')",
+            "outputs": [],
+            "execution_count": None,
+        }
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+
 def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
-    api: KubeAPI, namespace: str, release: str, tmp_path: Path
+    api: KubeAPI, namespace: str, release: str, tmp_path: Path, cluster: Any
 ) -> None:
     ports = (free_port(), free_port(), free_port())  # proxy, hub, proxy API
     cport = free_port()
@@ -372,6 +391,8 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
             },
             "defaultQueue": team,
         },
+        # Notebook jobs: the hub's rights for Jobs, claim templates and logs, the culler's Job watch.
+        "jobs": {"enabled": True, "requeueLimit": 2},
         "culler": {
             "port": cport,
             "interval": 1,
@@ -478,6 +499,57 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
             "the culler to release alice's stopped GPU",
             lambda: (tmp_path / "culler.log").read_text()[-3000:],
         )
+        # Notebook jobs: cy runs one on a GPU size with her token; she lists it, reads it and its
+        # log (the local apiserver reaches no kubelet for it, but asks), and deletes it.
+        home = Path(cluster.paths.homes) / namespace / "cy"
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "quick.ipynb").write_text(json.dumps(QUICK))
+        cy = user_token(hub, "cy")
+        code, job = call(
+            hub, cy, "POST", "/users/cy/jobs", {"name": "q", "input": "quick.ipynb", "size": size}
+        )
+        assert code == 201, job
+        assert (job["queue"], job["priority"]) == (team, "train"), job
+        path = f"/users/cy/jobs/{job['id']}"
+        done = waits.wait_for(
+            lambda: (j := call(hub, cy, "GET", path)[1])["state"] in ("completed", "failed") and j,
+            120,
+            "cy's job to end",
+            lambda: str(call(hub, cy, "GET", path)) + (tmp_path / "culler.log").read_text()[-2000:],
+        )
+        assert done["state"] == "completed", done
+        # The chart's jobs settings reached the hub (its requeue limit is the Job's backoffLimit).
+        assert api.get("Job", f"nbjob-{job['id']}", namespace)["spec"]["backoffLimit"] == 2
+        code, listed = call(hub, cy, "GET", "/users/cy/jobs")
+        assert code == 200 and [j["id"] for j in listed["jobs"]] == [job["id"]], listed
+        code, log = call(hub, cy, "GET", path + "/log")
+        assert code == 200 and log["pod"], log
+        # The culler watches the Jobs and their pods, and notes the pod's run time on its Job.
+        waits.wait_for(
+            lambda: (
+                J.RUN_SECONDS
+                in (api.get("Job", f"nbjob-{job['id']}", namespace)["metadata"].get("annotations") or {})
+            ),
+            30,
+            "the culler to note the job's run time",
+            lambda: (tmp_path / "culler.log").read_text()[-3000:],
+        )
+        assert call(hub, cy, "DELETE", path)[0] == 200
+        # A second goes with cy when she is deleted.
+        code, again = call(
+            hub, cy, "POST", "/users/cy/jobs", {"name": "q", "input": "quick.ipynb", "size": size}
+        )
+        assert code == 201, again
+        code, body = hub.api("DELETE", "/users/cy")
+        assert code == 204, (code, body)
+        waits.wait_for(
+            lambda: (
+                job_objects(api, namespace)["jobs"] == [] and job_objects(api, namespace)["templates"] == []
+            ),
+            60,
+            "cy's jobs to go",
+            lambda: str(job_objects(api, namespace)),
+        )
         # The hub releases a deleted user's GPU itself.
         spawn(hub, "bob", {"profile": size})
         # Warned in turn, bob answers "Keep my GPU" (the hub annotates his claim).
@@ -556,9 +628,19 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
         ("delete", "queues", "scheduling.run.ai", None),
         ("list", "podgroups", "scheduling.run.ai", namespace),
         ("create", "bindrequests", "scheduling.run.ai", namespace),
+        # Notebook jobs: in its namespace only, and never changed in place.
+        ("create", "jobs", "batch", other),
+        ("list", "jobs", "batch", other),
+        ("patch", "jobs", "batch", namespace),
+        ("update", "jobs", "batch", namespace),
+        ("create", "resourceclaimtemplates", "resource.k8s.io", other),
+        ("get", "pods/log", "", other),
+        ("create", "cronjobs", "batch", namespace),
     ]:
         assert not _can(api, hub_user, verb, resource, group, ns), f"hub may {verb} {resource} in {ns}"
     assert _can(api, hub_user, "watch", "queues", "scheduling.run.ai", None)
+    assert _can(api, hub_user, "create", "jobs", "batch", namespace)
+    assert _can(api, culler_user, "watch", "jobs", "batch", namespace)
     assert _can(api, culler_user, "delete", "resourceclaims", "resource.k8s.io", namespace)
     for verb, resource, group, ns in [
         ("delete", "resourceclaims", "resource.k8s.io", other),
@@ -569,6 +651,12 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
         ("patch", "nodes", "", None),
         ("delete", "nodes", "", None),
         ("list", "resourceclaims", "resource.k8s.io", other),
+        # Jobs: watched and noted on, never made or removed; nothing of their logs or templates.
+        ("create", "jobs", "batch", namespace),
+        ("delete", "jobs", "batch", namespace),
+        ("list", "jobs", "batch", other),
+        ("get", "pods/log", "", namespace),
+        ("create", "resourceclaimtemplates", "resource.k8s.io", namespace),
     ]:
         assert not _can(api, culler_user, verb, resource, group, ns), f"culler may {verb} {resource} in {ns}"
     # A user's pod has no token; even the namespace's default identity may not touch claims.

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from localcluster import waits
-from localcluster.hubproc import Hub, start_hub
+from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import GPU_HUB_CONFIG, spawn, user_token
+from .hubtools import spawn, user_token
 from .kaitools import make_queues, queue
-from .test_jobs import call, job_objects
+from .test_culler import culler_hub
+from .test_jobs import call, culler_view, job_objects
 
 pytestmark = pytest.mark.cluster
 
@@ -38,7 +39,11 @@ c.KubeSpawner.poll_interval = 2
     # One whole-GPU session needs a quota of 2 in KAI's eyes (docs/queues.md); the borrower has none.
     qs = [queue(dept, 2, -1), queue(owner, 2, 2, parent=dept), queue(borrower, 0, 2, parent=dept)]
     for _ in make_queues(api, qs):
-        h = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, tmp_path / "hub")
+        # With the culler's Job watch (--jobs): it notes the run time of the jobs' pods on their
+        # Job, so the evicted pod's GPU time is kept. It culls nobody here (long limits).
+        long = ("--idle-limit", "3600", "--stopped-keep", "3600", "--orphan-grace", "3600")
+        long += ("--gpu-idle-limit", "0", "--gpu-idle-limit-contended", "0", "--stopped-keep-contended", "0")
+        h = culler_hub(namespace, tmp_path / "hub", args=("--jobs", *long), config=extra)
         yield h
         h.stop()
 
@@ -84,6 +89,12 @@ def test_a_borrowing_job_is_preempted_requeued_and_completes(
 
     waits.wait_for(lambda: state("running"), 60, "the job to borrow the whole GPU")
     assert job["queue"] == borrower and job["priority"] == "train"
+    selector = f"gpusessions.io/job-id={job['id']}"
+    [first] = api.list("Pod", namespace, label_selector=selector)["items"]
+    # It runs a few seconds on the GPU before it is preempted.
+    ran = waits.wait_for(
+        lambda: (j := call(hub, cy, "GET", path)[1])["gpu_seconds"] >= 3 and j, 30, "GPU time to count"
+    )["gpu_seconds"]
 
     # The owning team's notebook (non-preemptible) takes the GPU back.
     spawn(hub, "ann", {"profile": "gpu"})
@@ -98,6 +109,23 @@ def test_a_borrowing_job_is_preempted_requeued_and_completes(
     k = api.get("Job", f"nbjob-{job['id']}", namespace)
     assert not any(c["type"] == "Failed" for c in k["status"].get("conditions") or []), k["status"]
 
+    # The evicted pod is gone, its GPU time is not: the culler noted it on the Job, and the
+    # requeued job (waiting, no pod running) still counts it, in the panel and on the admin page.
+    def noted() -> Any:
+        pods = api.list("Pod", namespace, label_selector=selector)["items"]
+        if any(p["metadata"]["uid"] == first["metadata"]["uid"] for p in pods):
+            return None
+        k = api.get("Job", f"nbjob-{job['id']}", namespace)
+        note = json.loads(k["metadata"].get("annotations", {}).get("gpusessions.io/run-seconds", "{}"))
+        return note.get(first["metadata"]["uid"])
+
+    first_run = waits.wait_for(noted, 60, "the evicted pod's run time to be noted on its Job")
+    assert first_run >= ran, (first_run, ran)
+    waiting = call(hub, cy, "GET", path)[1]
+    assert waiting["state"] == "queued" and waiting["gpu_seconds"] >= first_run, waiting
+    [row] = [r for r in culler_view(hub)["jobs"] if r["id"] == job["id"]]
+    assert row["requeues"] == 1 and row["gpu_seconds"] >= first_run, row
+
     # The owner releases the GPU; the job runs again and completes, its GPU time kept.
     code, body = hub.api("POST", "/gpusessions/users/ann/release")
     assert code == 200, body
@@ -109,6 +137,7 @@ def test_a_borrowing_job_is_preempted_requeued_and_completes(
         lambda: str(call(hub, cy, "GET", path)),
     )
     assert done["state"] == "completed" and done["requeues"] == 1, done
+    assert done["gpu_seconds"] > first_run, done  # both runs
     out = json.loads((home / done["outputs"]["ipynb"]).read_text())
     assert "went True" in json.dumps(out["cells"][0]["outputs"])
     assert call(hub, cy, "DELETE", path)[0] == 200

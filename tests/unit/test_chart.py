@@ -94,6 +94,20 @@ VALUE_SETS = {
     "no-kernels": {
         "holder": {"persistKernels": False, "agentTokenSecret": {"create": False, "name": "mine"}}
     },
+    "jobs": {
+        **TEAMS,
+        "jobs": {
+            "enabled": True,
+            "priorityClass": "build-preemptible",
+            "queuePriorityClass": {"team-a": "train"},
+            "requeueLimit": 1,
+            "maxActiveJobs": 2,
+            "maxWorkers": 2,
+            "allowCpu": False,
+            "ttlSecondsAfterFinished": 3600,
+            "activeDeadlineSeconds": 7200,
+        },
+    },
 }
 
 
@@ -177,6 +191,10 @@ def test_every_value_is_documented_in_the_schema() -> None:
             "limit",
         ),
         ({"holder": {"onHolderLoss": "panic"}}, "onHolderLoss"),
+        ({"jobs": {"enable": True}}, "enable"),
+        ({"jobs": {"requeueLimit": -1}}, "requeueLimit"),
+        ({"jobs": {"priorityClass": "urgent"}}, "priorityClass"),
+        ({"jobs": {"maxWorkers": 9}}, "maxWorkers"),
         ({"hub": {"apiUrl": "hub:8081"}}, "apiUrl"),
     ],
 )
@@ -342,6 +360,62 @@ def test_rbac_is_narrow(tmp_path: Path) -> None:
     ]
 
 
+def test_jobs_enabled_turns_jobs_on_with_exactly_their_rights(tmp_path: Path) -> None:
+    """Off by default: no rights for jobs, no Job watch. On: the hub's NotebookJobs settings,
+    the hub's and the culler's rules for jobs (tests/integration/test_chart.py proves each is
+    used), and the culler's --jobs."""
+    jobs_rules = {"batch", "resourceclaimtemplates", "pods/log"}
+
+    def culler_command(objs: list[dict[str, Any]]) -> list[str]:
+        (dep,) = by_kind(objs, "Deployment")
+        return dep["spec"]["template"]["spec"]["containers"][0]["command"]  # type: ignore[no-any-return]
+
+    off = template(tmp_path)
+    for who in ("hub", "culler"):
+        for rule in _rules(off, "Role", who):
+            assert not (set(rule["apiGroups"]) | set(rule["resources"])) & jobs_rules, (who, rule)
+    assert "--jobs" not in culler_command(off)
+    assert settings_of(off)["jobs"]["enabled"] is False
+    c = Config()
+    hubsetup.apply(c, settings_of(off))
+    assert c.NotebookJobs.enabled is False
+
+    values = _merge(VALUE_SETS["jobs"], {"sizes": [{**_defaults()["sizes"][0], "jobPriorityClass": "build"}]})
+    on = template(tmp_path, values)
+    hub = _rules(on, "Role", "hub")
+    assert {
+        "apiGroups": ["batch"],
+        "resources": ["jobs"],
+        "verbs": ["get", "list", "create", "delete"],
+    } in hub
+    assert {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaimtemplates"],
+        "verbs": ["create", "patch", "delete"],
+    } in hub
+    assert {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]} in hub
+    culler = _rules(on, "Role", "culler")
+    assert {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch", "patch"]} in culler
+    assert len(hub) == len(_rules(template(tmp_path, TEAMS), "Role", "hub")) + 3
+    assert len(culler) == len(_rules(off, "Role", "culler")) + 1
+    # Cluster-wide: nothing for jobs.
+    for who in ("hub", "culler"):
+        assert _rules(on, "ClusterRole", who) == _rules(template(tmp_path, TEAMS), "ClusterRole", who)
+    assert "--jobs" in culler_command(on)
+    c = Config()
+    hubsetup.apply(c, hubsetup.check(settings_of(on)))
+    j = c.NotebookJobs
+    assert (j.enabled, j.priority_class, j.queue_priority_class) == (
+        True,
+        "build-preemptible",
+        {"team-a": "train"},
+    )
+    assert (j.requeue_limit, j.max_active_jobs, j.max_workers, j.allow_cpu) == (1, 2, 2, False)
+    assert (j.ttl_seconds_after_finished, j.active_deadline_seconds) == (3600, 7200)
+    (size,) = [p for p in c.KubeSpawner.profile_list if p["slug"] == values["sizes"][0]["name"]]
+    assert size["kubespawner_override"]["job_priority_class"] == "build"
+
+
 def test_agent_token_is_random_per_render(tmp_path: Path) -> None:
     a = by_kind(template(tmp_path), "Secret")[0]["data"]["token"]
     b = by_kind(template(tmp_path), "Secret")[0]["data"]["token"]
@@ -382,6 +456,13 @@ def test_values_yaml_matches_the_spawner_defaults() -> None:
     assert defaults["holder"]["onHolderLoss"] == S.on_holder_loss.default_value
     assert defaults["kai"]["priorityClass"] == S.kai_priority_class.default_value
     assert defaults["kai"]["schedulerName"] == S.kai_scheduler_name.default_value
+    from gpusessions.hub.hubsetup import JOB_SETTINGS
+    from gpusessions.hub.jobs import NotebookJobs
+
+    hub_defaults = NotebookJobs()
+    for key, trait in JOB_SETTINGS.items():
+        value = getattr(hub_defaults, trait)
+        assert defaults["jobs"][key] == value, (key, defaults["jobs"][key], value)
 
 
 def test_chart_yaml() -> None:

@@ -284,3 +284,74 @@ def test_jobs_are_off_in_a_settings_document_unless_enabled() -> None:
         hubsetup.apply(c, doc)
         assert NotebookJobs(config=c).enabled is on
     assert NotebookJobs().enabled  # a hub configured by hand: on
+
+
+def _job_pod(uid: str, job: str, state: dict, **md: object) -> dict:
+    return {
+        "metadata": {
+            "uid": uid,
+            "namespace": "ns",
+            "name": f"{job}-{uid}",
+            "ownerReferences": [{"kind": "Job", "name": job}],
+            **md,
+        },
+        "status": {"containerStatuses": [{"name": "notebook", "state": state}]},
+    }
+
+
+def test_a_preempted_pods_gpu_time_is_kept_on_its_job() -> None:
+    from gpusessions.culler import jobs as CJ
+    from gpusessions.culler.jobtime import NOTE_EVERY, JobTimes
+
+    t0 = 1767225600.0  # 2026-01-01T00:00:00Z
+    job = J.build_job("abcdefgh", "ns", "cy", _req(), SETTINGS, MIG)
+    name = job["metadata"]["name"]
+    first = _job_pod("u1", name, {"running": {"startedAt": "2026-01-01T00:00:00Z"}})
+    times = JobTimes()
+    times.observe([first], t0 + 100)
+    assert times.notes([job]) == []  # running, 100 s: not yet worth a note
+    # KAI evicts it: the pod is deleted, ends (terminated at 120 s), and goes.
+    evicted = _job_pod(
+        "u1",
+        name,
+        {"terminated": {"startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:02:00Z"}},
+        deletionTimestamp="2026-01-01T00:01:55Z",
+    )
+    times.observe([evicted], t0 + 125)
+    times.observe([], t0 + 130)  # gone
+    [(ns, jname, value)] = times.notes([job])
+    assert (ns, jname, value) == ("ns", name, {"u1": 120.0})
+    # The note is on the Job: the hub counts the gone pod with the new one.
+    job["metadata"]["annotations"][J.RUN_SECONDS] = json.dumps(value)
+    second = _job_pod("u2", name, {"running": {"startedAt": "2026-01-01T00:10:00Z"}})
+    now = t0 + 600 + 30
+    assert J.gpu_seconds([second], 1, now, J.recorded_run_seconds(job)) == 120 + 30
+    assert J.gpu_seconds([second], 1, now) == 30  # what was lost before
+    # A culler restarted since: nothing seen, the note is enough; a long run is noted as it goes.
+    fresh = JobTimes()
+    fresh.observe([second], now)
+    assert fresh.merged(job) == {"u1": 120.0, "u2": 30.0}
+    assert fresh.notes([job]) == []
+    fresh.observe([second], t0 + 600 + NOTE_EVERY)
+    assert fresh.notes([job]) == [("ns", name, {"u1": 120.0, "u2": NOTE_EVERY})]
+    # The admin page and metrics: the same sum (1 GPU claim per pod).
+    job["status"] = {"startTime": "2026-01-01T00:00:00Z", "active": 1, "ready": 1, "failed": 1}
+
+    class Cache:
+        objects = {f"ns/{name}": job}
+        ready = type("E", (), {"is_set": staticmethod(lambda: False)})
+
+    class Culler:
+        class cluster:
+            jobs = Cache
+            job_times = fresh
+            job_pods = Cache
+
+    [row] = CJ.rows(CJ.watched(Culler) or [], now=t0 + 600 + NOTE_EVERY)
+    assert row["gpu_seconds"] == 120 + NOTE_EVERY and row["requeues"] == 1
+    # The Job is deleted: its pods are forgotten.
+    fresh.prune([])
+    assert fresh.pods == {}
+    # A bad note counts nothing rather than failing.
+    job["metadata"]["annotations"][J.RUN_SECONDS] = "{not json"
+    assert J.recorded_run_seconds(job) == {}

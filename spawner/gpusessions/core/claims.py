@@ -14,6 +14,7 @@ from typing import Any
 
 from gpusessions.core import labels as L
 from gpusessions.core.kernels import KernelSettings, gateway_container, token_env
+from gpusessions.core.placement import placement
 
 Obj = dict[str, Any]
 REQUEST_NAME = "gpu"  # the request in the claim, and the claim's name in pod specs
@@ -212,20 +213,7 @@ def build_holder_pod(
             {"name": "GPUSESSIONS_KERNELS_URL", "value": f"http://$(POD_IP):{kernels.port}"},
             token_env("GPUSESSIONS_KERNELS_TOKEN", kernels.secret),
         ]
-        if kernels.volumes:
-            spec["volumes"] = [dict(v) for v in kernels.volumes]
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        spec["tolerations"] = [dict(t) for t in settings.tolerations]
-    if settings.affinity:
-        spec["affinity"] = settings.affinity
-    if settings.scheduler_name:
-        spec["schedulerName"] = settings.scheduler_name
-    if settings.priority_class:
-        spec["priorityClassName"] = settings.priority_class
-    if settings.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": s} for s in settings.image_pull_secrets]
+    spec.update(placement(settings, volumes=kernels.volumes if kernels is not None else ()))
     return {
         "apiVersion": "v1",
         "kind": "Pod",

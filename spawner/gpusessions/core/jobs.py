@@ -19,6 +19,8 @@ the objects here; nothing in this module talks to the API.
   preemptions, and more than `requeue_limit` of them fail the Job.
 - `job_state`: the Job's and its pods' status read back as one state for people
   (queued with the scheduler's reason, running, completed, failed, preempted and requeued).
+- `gpu_seconds`: the GPU time of a job's pods, those gone included: the culler notes each
+  pod's run time on the Job (`RUN_SECONDS`, culler/jobtime.py), so an evicted pod still counts.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 
 from gpusessions.core import labels as L
 from gpusessions.core.claims import REQUEST_NAME, GPURequest
+from gpusessions.core.placement import placement
 
 Obj = dict[str, Any]
 
@@ -44,6 +47,9 @@ OUTPUT_ROOT = "jobs"  # under the home: jobs/<id>/<notebook>
 CONTAINER = "notebook"
 OUTPUT_FORMATS = ("ipynb",)
 DISRUPTION = "DisruptionTarget"
+# The run time of a job's pods, noted on the Job by the culler ({pod uid: seconds}): a preempted
+# pod is deleted, and its GPU time would go with it (core.jobs.gpu_seconds reads it back).
+RUN_SECONDS = "gpusessions.io/run-seconds"
 
 # Limits of a request (the endpoint refuses past them; settings may lower them).
 MAX_NAME = 100
@@ -188,6 +194,7 @@ class JobSettings:
     fs_gid: int | None = 100
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Obj, ...] = ()
+    affinity: Obj | None = None  # the profile's (placement.affinity_of), as a session's holder gets
     image_pull_policy: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     scheduler_name: str | None = None  # None: the cluster's default scheduler
@@ -278,18 +285,7 @@ def build_job(
     if gpu is not None and gpu.wants_gpu:
         spec["resourceClaims"] = [{"name": REQUEST_NAME, "resourceClaimTemplateName": name}]
         container["resources"] = {**container["resources"], "claims": [{"name": REQUEST_NAME}]}
-    if settings.volumes:
-        spec["volumes"] = [dict(v) for v in settings.volumes]
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        spec["tolerations"] = [dict(t) for t in settings.tolerations]
-    if settings.scheduler_name:
-        spec["schedulerName"] = settings.scheduler_name
-    if settings.priority_class:
-        spec["priorityClassName"] = settings.priority_class
-    if settings.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": s} for s in settings.image_pull_secrets]
+    spec.update(placement(settings, volumes=settings.volumes))
     annotations = {
         **L.owner_annotations(username, ""),
         JOB_ANNOTATION: json.dumps({**request.json(), "size_text": size_text}, sort_keys=True),
@@ -497,21 +493,62 @@ def _seconds(start: Any, end: Any, now: float) -> float:
     return max(0.0, (b if b is not None else now) - a)
 
 
-def gpu_seconds(pods: Iterable[Obj], gpus_per_pod: float, now: float) -> float:
-    """GPU time the job's pods used, preempted ones included (each container's run time
-    x the devices of one worker)."""
-    total = 0.0
-    for p in pods:
-        for cs in (p.get("status") or {}).get("containerStatuses") or []:
-            if cs.get("name") != CONTAINER:
-                continue
-            state = cs.get("state") or {}
-            if state.get("running"):
-                total += _seconds(state["running"].get("startedAt"), None, now)
-            elif state.get("terminated"):
-                t = state["terminated"]
-                total += _seconds(t.get("startedAt"), t.get("finishedAt"), now)
-    return total * gpus_per_pod
+def pod_run_seconds(pod: Obj, now: float) -> float:
+    """How long the pod's notebook container has run (to its end, or to `now`)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") != CONTAINER:
+            continue
+        state = cs.get("state") or {}
+        if state.get("running"):
+            return _seconds(state["running"].get("startedAt"), None, now)
+        if state.get("terminated"):
+            t = state["terminated"]
+            return _seconds(t.get("startedAt"), t.get("finishedAt"), now)
+    return 0.0
+
+
+def pod_ended(pod: Obj) -> bool:
+    """The pod runs no more, or is going (evicted, deleted): it will not count any longer."""
+    md, st = pod.get("metadata") or {}, pod.get("status") or {}
+    return bool(md.get("deletionTimestamp")) or st.get("phase") in ("Succeeded", "Failed")
+
+
+def recorded_run_seconds(job: Obj) -> dict[str, float]:
+    """The run time of the job's pods noted on the Job ({pod uid: seconds}, RUN_SECONDS):
+    what is left of pods that are gone (a preempted pod is deleted), {} when none."""
+    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(RUN_SECONDS) or "{}"
+    try:
+        out = json.loads(raw)
+    except ValueError:
+        return {}
+    if not isinstance(out, dict):
+        return {}
+    return {
+        str(k): float(v)
+        for k, v in out.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+    }
+
+
+def run_seconds(
+    pods: Iterable[Obj], now: float, recorded: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """{pod uid: run seconds} of the job's pods: those there now, and the recorded ones of
+    pods that are gone (the larger of the two when both know a pod)."""
+    out = dict(recorded or {})
+    for i, p in enumerate(pods):
+        uid = str((p.get("metadata") or {}).get("uid") or f"pod-{i}")
+        out[uid] = max(out.get(uid, 0.0), pod_run_seconds(p, now))
+    return out
+
+
+def gpu_seconds(
+    pods: Iterable[Obj], gpus_per_pod: float, now: float, recorded: Mapping[str, float] | None = None
+) -> float:
+    """GPU time the job's pods used, preempted ones included (each pod's run time x the
+    devices of one worker): the pods there now, and `recorded` (`recorded_run_seconds`) for
+    pods that are gone."""
+    return sum(run_seconds(pods, now, recorded).values()) * gpus_per_pod
 
 
 def read_request(job: Obj) -> Obj:

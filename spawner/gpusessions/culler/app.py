@@ -98,7 +98,9 @@ class CullerApp(Application):
     dry_run = Bool(False, help="decide and log, change nothing").tag(config=True)
     jobs = Bool(
         False,
-        help="also list the hub's notebook jobs (sessions JSON, /metrics); needs list/watch on batch jobs",
+        help="also list the hub's notebook jobs (sessions JSON, /metrics) and note on each Job the run "
+        "time of its pods (so a preempted pod's GPU time is kept); needs list/watch/patch on batch jobs "
+        "and list/watch on pods",
     ).tag(config=True)
     namespace = LastUnicode(
         "", help="the namespace of this hub's sessions; '*' for all namespaces (one hub per cluster only)"
@@ -183,6 +185,12 @@ class CullerApp(Application):
             history=History(self.history_file or None),
         )
         _AT_EXIT.append(lambda: culler.history.save(time.time(), force=True))
+        if cluster.job_times is not None:  # --jobs: note the run time of the jobs' pods
+            from gpusessions.culler.jobtime import note_forever
+
+            _TASKS.append(
+                asyncio.ensure_future(note_forever(cluster, min(self.interval, 30.0), self.dry_run))
+            )
         make_app(culler, prefix).listen(bind.port or 80, address=bind.hostname or "127.0.0.1")
         logging.getLogger("gpusessions.culler").info(
             "culler on %s%s every %.0fs%s",
@@ -194,6 +202,8 @@ class CullerApp(Application):
         await run_forever(culler, self.interval)
 
 
+# Tasks beside the cycle (kept referenced while they run).
+_TASKS: list[asyncio.Future[None]] = []
 # What to do before exiting at a signal (save the record).
 _AT_EXIT: list[Callable[[], None]] = []
 

@@ -4,6 +4,7 @@ a read-only view of the Jobs the hub created (`core/jobs.py`), from the culler's
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -33,8 +34,9 @@ def _epoch(v: Any) -> float | None:
 
 
 def rows(jobs: Iterable[Obj], now: float | None = None) -> list[Obj]:
-    """One row per Job: who, where, what, its state and the GPU time it has held (its run time
-    since it first started x its GPU workers; waits after a preemption included)."""
+    """One row per Job: who, where, what, its state and the GPU time it has held: the run time
+    of its pods (`core.jobs.RUN_SECONDS`, as `watched` gives it; a preempted pod's included),
+    else its run time since it first started x its GPU workers."""
     now = time.time() if now is None else now
     out = []
     for job in jobs:
@@ -43,9 +45,13 @@ def rows(jobs: Iterable[Obj], now: float | None = None) -> list[Obj]:
         st = job.get("status") or {}
         state = J.job_state(job)
         pod = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-        gpus = int(req.get("workers") or 1) if pod.get("resourceClaims") else 0
-        start, end = _epoch(st.get("startTime")), _epoch(st.get("completionTime"))
-        held = max(0.0, (end or now) - start) * gpus if start else 0.0
+        if J.RUN_SECONDS in (md.get("annotations") or {}):
+            # Its pods' run time (culler/jobtime.py), preempted ones included, x 1 GPU claim each.
+            held = sum(J.recorded_run_seconds(job).values()) * (1 if pod.get("resourceClaims") else 0)
+        else:  # no pod seen: its run time since it first started x its GPU workers
+            gpus = int(req.get("workers") or 1) if pod.get("resourceClaims") else 0
+            start, end = _epoch(st.get("startTime")), _epoch(st.get("completionTime"))
+            held = max(0.0, (end or now) - start) * gpus if start else 0.0
         out.append(
             {
                 "namespace": md.get("namespace", ""),
@@ -71,9 +77,30 @@ def rows(jobs: Iterable[Obj], now: float | None = None) -> list[Obj]:
 
 
 def watched(culler: Any) -> list[Obj] | None:
-    """The Jobs the culler's watch holds; None when it has no Job watch."""
-    cache = getattr(getattr(culler, "cluster", None), "jobs", None)
-    return None if cache is None else list(cache.objects.values())
+    """The Jobs the culler's watch holds, each with the run time of its pods as the culler knows
+    it now (its note, and what the pod watch saw since: culler/jobtime.py); None when it has no
+    Job watch."""
+    cluster = getattr(culler, "cluster", None)
+    cache = getattr(cluster, "jobs", None)
+    if cache is None:
+        return None
+    times = getattr(cluster, "job_times", None)
+    if times is None:
+        return list(cache.objects.values())
+    pods = getattr(cluster, "job_pods", None)
+    if pods is not None and pods.ready.is_set():
+        times.observe(pods.objects.values(), time.time())  # a running pod's time up to now
+    out = []
+    for job in cache.objects.values():
+        md = job.get("metadata") or {}
+        seconds = json.dumps(times.merged(job), sort_keys=True)
+        out.append(
+            {
+                **job,
+                "metadata": {**md, "annotations": {**(md.get("annotations") or {}), J.RUN_SECONDS: seconds}},
+            }
+        )
+    return out
 
 
 class JobsCollector(Collector):

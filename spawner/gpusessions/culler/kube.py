@@ -4,6 +4,7 @@ ResourceSlices the admin page's fleet map reads), and deletes and patches."""
 from __future__ import annotations
 
 import asyncio
+import time
 from functools import partial
 from typing import Any
 
@@ -42,12 +43,21 @@ class ClusterSide:
         # Notebook jobs (read-only, for the admin JSON and metrics: culler/jobs.py).
         from gpusessions.culler.jobs import SELECTOR as JOBS
 
-        batch = shared_client("BatchV1Api")
+        self.batch = batch = shared_client("BatchV1Api")
         if namespace:
             list_jobs = partial(batch.list_namespaced_job, namespace, label_selector=JOBS)
         else:
             list_jobs = partial(batch.list_job_for_all_namespaces, label_selector=JOBS)
         self.jobs: Cache | None = Cache("jobs", list_jobs, lambda: None) if jobs else None
+        # ... and their pods, whose run time the culler notes on their Job (culler/jobtime.py).
+        from gpusessions.culler.jobtime import POD_SELECTOR, JobTimes
+
+        if namespace:
+            list_job_pods = partial(self.core.list_namespaced_pod, namespace, label_selector=POD_SELECTOR)
+        else:
+            list_job_pods = partial(self.core.list_pod_for_all_namespaces, label_selector=POD_SELECTOR)
+        self.job_times: JobTimes | None = JobTimes() if jobs else None
+        self.job_pods: Cache | None = Cache("pods", list_job_pods, self._job_pods_changed) if jobs else None
         self.claims = Cache("resourceclaims", list_claims, self._changed)
         self.holders = Cache("pods", list_holders, self._changed)
         # Nodes: a session whose GPU's node is gone is cleaned up (needs list/watch on nodes;
@@ -58,7 +68,7 @@ class ClusterSide:
         self.slices = Cache("resourceslices", self.resource.list_resource_slice, self._changed)
         self._tasks = [
             asyncio.ensure_future(c.run())
-            for c in (self.claims, self.holders, self.nodes, self.slices, self.jobs)
+            for c in (self.claims, self.holders, self.nodes, self.slices, self.jobs, self.job_pods)
             if c
         ]
 
@@ -70,6 +80,11 @@ class ClusterSide:
 
     def _changed(self) -> None:
         self.version += 1
+
+    def _job_pods_changed(self) -> None:
+        # Every change of a job's pod (its end, its eviction) is seen, not only each cycle's.
+        if self.job_times is not None and self.job_pods is not None:
+            self.job_times.observe(self.job_pods.objects.values(), time.time())
 
     async def ready(self, timeout: float = 30) -> bool:
         try:
@@ -105,6 +120,16 @@ class ClusterSide:
             claim,
             namespace,
             body,
+            _content_type="application/merge-patch+json",
+        )
+
+    async def annotate_job(self, namespace: str, name: str, values: dict[str, str | None]) -> None:
+        """Annotate a notebook job's Job (the run time of its pods: culler/jobtime.py)."""
+        await self._call(
+            self.batch.patch_namespaced_job,
+            name,
+            namespace,
+            {"metadata": {"annotations": values}},
             _content_type="application/merge-patch+json",
         )
 

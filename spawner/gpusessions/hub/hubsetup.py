@@ -15,7 +15,9 @@ check() adds only the rules across items that a schema cannot state.
      "holder": {"image", "persistKernels", "kernelImage", "kernelNetworkPolicy",
                 "onHolderLoss", "keepGpuOnStop", "agentTokenSecret"},
      "culler": {"enabled", "serviceName", "url"? | "args"?, "admins", "adminGroups"},
-     "jobs": {"enabled"}}
+     "jobs": {"enabled", "priorityClass"?, "queuePriorityClass"?, "requeueLimit"?,
+              "maxActiveJobs"?, "maxWorkers"?, "allowCpu"?, "ttlSecondsAfterFinished"?,
+              "activeDeadlineSeconds"?}}
 """
 
 from __future__ import annotations
@@ -32,6 +34,17 @@ from gpusessions.culler.hubconfig import configure_culler
 from gpusessions.hub.handlers import configure_hub
 
 Obj = dict[str, Any]
+# The document's jobs settings -> c.NotebookJobs traits (hub/jobs.py).
+JOB_SETTINGS = {
+    "priorityClass": "priority_class",
+    "queuePriorityClass": "queue_priority_class",
+    "requeueLimit": "requeue_limit",
+    "maxActiveJobs": "max_active_jobs",
+    "maxWorkers": "max_workers",
+    "allowCpu": "allow_cpu",
+    "ttlSecondsAfterFinished": "ttl_seconds_after_finished",
+    "activeDeadlineSeconds": "active_deadline_seconds",
+}
 
 
 class SettingsError(ValueError):
@@ -201,9 +214,13 @@ def apply(c: Any, settings: Obj, culler_env: dict[str, str] | None = None) -> No
         g.kai_gpu_quota = {
             q: spec["gpuEquivalents"] for q, spec in kai["queues"].items() if spec.get("gpuEquivalents")
         }
-    # Notebook jobs (hub/jobs.py): off unless the document enables them (the chart's roles do
-    # not grant their rights yet); the culler lists them when it runs here (`--jobs`).
-    c.NotebookJobs.enabled = bool(settings.get("jobs", {}).get("enabled", False))
+    # Notebook jobs (hub/jobs.py): off unless the document enables them (the chart's
+    # jobs.enabled, which also gives the hub and the culler their rights for jobs).
+    jobs = settings.get("jobs", {})
+    c.NotebookJobs.enabled = bool(jobs.get("enabled", False))
+    for key, trait in JOB_SETTINGS.items():
+        if key in jobs:
+            setattr(c.NotebookJobs, trait, jobs[key])
     configure_hub(c)
     culler = settings.get("culler", {})
     if culler.get("enabled"):

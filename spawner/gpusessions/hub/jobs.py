@@ -33,6 +33,7 @@ from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
 from gpusessions.core import queues as Q
 from gpusessions.core.claims import GPURequest
+from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.progress import Refused
 from gpusessions.core.requests import profile_settings, request_from
 from gpusessions.hub.handlers import _authorize
@@ -128,6 +129,12 @@ def settings_for(
     spawner: Any, cfg: NotebookJobs, profile: Obj | None, queue: str | None, policy: Q.QueuePolicy
 ) -> J.JobSettings:
     override = (profile or {}).get("kubespawner_override") or {}
+
+    def setting(name: str) -> Any:
+        """A spawner setting as the size's profile sets it (its kubespawner_override), else
+        the hub's: the job is placed as a session of that profile is."""
+        return override[name] if name in override else getattr(spawner, name)
+
     image = cfg.image or override.get("image") or spawner.image
     sched = policy.scheduling(queue)
     priority = None
@@ -147,12 +154,11 @@ def settings_for(
         uid=_int(spawner.uid),
         gid=_int(spawner.gid),
         fs_gid=_int(spawner.fs_gid),
-        node_selector=dict(spawner.node_selector or {}),
-        tolerations=tuple(spawner.tolerations or ()),
-        image_pull_policy=spawner.image_pull_policy or None,
-        image_pull_secrets=tuple(
-            s if isinstance(s, str) else s.get("name", "") for s in (spawner.image_pull_secrets or [])
-        ),
+        node_selector=dict(setting("node_selector") or {}),
+        tolerations=tuple(t for t in setting("tolerations") or () if isinstance(t, dict)),
+        affinity=affinity_of(setting),
+        image_pull_policy=setting("image_pull_policy") or None,
+        image_pull_secrets=pull_secrets(setting("image_pull_secrets")),
         scheduler_name=sched.scheduler_name if sched else None,
         priority_class=priority,
         queue_labels=dict(sched.labels) if sched else {},
@@ -278,7 +284,8 @@ def describe(job: Obj, pods: list[Obj], now: float | None = None, events: list[O
         "queue": (md.get("labels") or {}).get(L.QUEUE_LABEL),
         "priority": spec.get("priorityClassName"),
         "created": md.get("creationTimestamp"),
-        "gpu_seconds": round(J.gpu_seconds(pods, gpus, now or time.time()), 1),
+        # The pods there now, and those gone (a preempted run) as the culler noted them.
+        "gpu_seconds": round(J.gpu_seconds(pods, gpus, now or time.time(), J.recorded_run_seconds(job)), 1),
         **state,
     }
 

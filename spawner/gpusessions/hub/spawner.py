@@ -43,6 +43,7 @@ from gpusessions.core import notebook_pod as NP
 from gpusessions.core import queues as Q
 from gpusessions.core.options import InvalidOptions
 from gpusessions.core.options import validate as validate_options
+from gpusessions.core.placement import AFFINITY_SETTINGS, affinity_of, pull_secrets
 from gpusessions.core.queues import QueuePolicy
 from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
 from gpusessions.hub.admission import Admission
@@ -58,6 +59,7 @@ KEPT_SETTINGS = (
     "holder_resources",
     "node_selector",
     "tolerations",
+    *(name for name, _, _ in AFFINITY_SETTINGS),
 )
 
 
@@ -377,6 +379,8 @@ class GPUSessionSpawner(KubeSpawner):
             resources=dict(self._setting("holder_resources")),
             node_selector=dict(self._setting("node_selector") or {}),
             tolerations=tuple(t for t in self._setting("tolerations") or () if isinstance(t, dict)),
+            affinity=affinity_of(self._setting),
+            image_pull_secrets=pull_secrets(self.image_pull_secrets),
             scheduler_name=(queued.scheduler_name if queued else self.scheduler_name) or None,
             priority_class=(queued.priority_class if queued else self.priority_class_name) or None,
             image_pull_policy=self.image_pull_policy or None,
