@@ -34,7 +34,7 @@ from traitlets.config import Configurable
 from gpusessions.core import jobdefs as D
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
-from gpusessions.hub.jobs import JobsBase, NotebookJobs, describe
+from gpusessions.hub.jobs import JobsBase, NotebookJobs, create_with_template, describe
 from gpusessions.kube.api import KubeError
 
 Obj = dict[str, Any]
@@ -166,18 +166,8 @@ class DefinitionsHandler(DefinitionsBase):
             raise web.HTTPError(
                 429, f"You have {len(mine)} job definition(s), the most one user may have: delete one first."
             )
-        name = D.definition_name(def_id)
-        try:
-            if template is not None:
-                await api.create_claim_template(template)
-            try:
-                created = await api.create_cronjob(cron)
-            except Exception:
-                if template is not None:
-                    await api.delete_claim_template(ns, name)
-                raise
-            if template is not None:  # the template lives as long as the definition
-                await api.own_claim_template(ns, name, D.owner_reference(created))
+        try:  # the template is the CronJob's: it lives as long as the definition
+            created = await create_with_template(api, template, api.create_cronjob, cron, D.owner_reference)
         except KubeError as e:
             self.log.warning("Job definition of %s not created: %s", user_name, e)
             raise web.HTTPError(502, f"The cluster refused the job definition: {e.message}") from None

@@ -201,6 +201,24 @@ async def delete_user_jobs(namespace: str, user_name: str, log: Any) -> int:
     return n
 
 
+async def create_with_template(
+    api: Any, template: Obj | None, create: Any, body: Obj, owner_reference: Any
+) -> Obj:
+    """Create the claim template (None: CPU only), then `body` with `create`, then make the
+    template the created object's (deleted with it); a refused `body` takes the template back."""
+    if template is None:
+        return await create(body)
+    md = template["metadata"]
+    await api.create_claim_template(template)
+    try:
+        created = await create(body)
+    except Exception:
+        await api.delete_claim_template(md["namespace"], md["name"])
+        raise
+    await api.own_claim_template(md["namespace"], md["name"], owner_reference(created))
+    return created
+
+
 # -- handlers -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Prepared:
@@ -380,19 +398,11 @@ class JobsHandler(JobsBase):
         ns = spawner.namespace
         size_text = prepared.size_text
         job = J.build_job(job_id, ns, user_name, req, settings, gpu, size_text)
+        template = None
+        if gpu is not None:
+            template = J.build_claim_template(job_id, ns, user_name, gpu, settings.queue_labels)
         try:
-            if gpu is not None:
-                await api.create_claim_template(
-                    J.build_claim_template(job_id, ns, user_name, gpu, settings.queue_labels)
-                )
-            try:
-                created = await api.create_job(job)
-            except Exception:
-                if gpu is not None:
-                    await api.delete_claim_template(ns, J.job_name(job_id))
-                raise
-            if gpu is not None:
-                await api.own_claim_template(ns, J.job_name(job_id), J.owner_reference(created))
+            created = await create_with_template(api, template, api.create_job, job, J.owner_reference)
         except KubeError as e:
             self.log.warning("Notebook job of %s not created: %s", user_name, e)
             raise web.HTTPError(502, f"The cluster refused the job: {e.message}") from None

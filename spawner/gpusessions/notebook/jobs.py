@@ -165,6 +165,20 @@ def _ms(iso: Any) -> int | None:
         return None
 
 
+def _common(j: dict[str, Any]) -> dict[str, Any]:
+    """What a job and a definition show alike, from the hub's answer."""
+    return {
+        "name": j.get("name") or j["id"],
+        "input_filename": posixpath.basename(j.get("input") or "notebook.ipynb"),
+        "runtime_environment_name": j.get("size") or "",
+        "runtime_environment_parameters": None,
+        "output_formats": list(j.get("output_formats") or ["ipynb"]),
+        "parameters": {
+            k: json.dumps(v) if not isinstance(v, str) else v for k, v in (j.get("parameters") or {}).items()
+        },
+    }
+
+
 class GPUJobsScheduler(BaseScheduler):
     """jupyter-scheduler's scheduler, backed by the hub's notebook jobs (no local database)."""
 
@@ -183,15 +197,19 @@ class GPUJobsScheduler(BaseScheduler):
             return await self.create_job_from_definition(
                 model.job_definition_id, CreateJobFromDefinition(parameters=model.parameters)
             )
-        body = {
+        body = self._request(model)
+        job = await hub_call("POST", "jobs", body)
+        return lab_id(job["id"])
+
+    def _request(self, model: CreateJob | CreateJobDefinition) -> dict[str, Any]:
+        """The hub's job request from jupyter-scheduler's form (typed parameters, size slug)."""
+        return {
             "name": model.name,
             "input": self._input(model.input_uri),
             "size": self._size(model.runtime_environment_name),
             "parameters": {k: _param(v) for k, v in (model.parameters or {}).items()},
             "output_formats": [f for f in (model.output_formats or ["ipynb"]) if f == "ipynb"] or ["ipynb"],
         }
-        job = await hub_call("POST", "jobs", body)
-        return lab_id(job["id"])
 
     def _size(self, submitted: str) -> str:
         envs = self.environments_manager
@@ -232,15 +250,7 @@ class GPUJobsScheduler(BaseScheduler):
         if j.get("gpu_seconds"):
             message += f" GPU time {j['gpu_seconds'] / 60:.1f} min."
         return DescribeJob(
-            name=j.get("name") or j["id"],
-            input_filename=posixpath.basename(j.get("input") or "notebook.ipynb"),
-            runtime_environment_name=j.get("size") or "",
-            runtime_environment_parameters=None,
-            output_formats=list(j.get("output_formats") or ["ipynb"]),
-            parameters={
-                k: json.dumps(v) if not isinstance(v, str) else v
-                for k, v in (j.get("parameters") or {}).items()
-            },
+            **_common(j),
             job_id=lab_id(j["id"]),
             job_definition_id=lab_definition_id(j["job_definition_id"])
             if j.get("job_definition_id")
@@ -296,15 +306,7 @@ class GPUJobsScheduler(BaseScheduler):
     async def create_job_definition(self, model: CreateJobDefinition) -> str:
         if not model.schedule:
             raise SchedulerError(NEEDS_SCHEDULE)
-        body = {
-            "name": model.name,
-            "input": self._input(model.input_uri),
-            "size": self._size(model.runtime_environment_name),
-            "parameters": {k: _param(v) for k, v in (model.parameters or {}).items()},
-            "output_formats": [f for f in (model.output_formats or ["ipynb"]) if f == "ipynb"] or ["ipynb"],
-            "schedule": model.schedule,
-            "timezone": model.timezone or None,
-        }
+        body = {**self._request(model), "schedule": model.schedule, "timezone": model.timezone or None}
         d = await hub_call("POST", "jobdefinitions", body)
         return lab_definition_id(d["id"])
 
@@ -330,15 +332,7 @@ class GPUJobsScheduler(BaseScheduler):
     def describe_definition(self, d: dict[str, Any]) -> DescribeJobDefinition:
         created = _ms(d.get("created")) or 0
         return DescribeJobDefinition(
-            name=d.get("name") or d["id"],
-            input_filename=posixpath.basename(d.get("input") or "notebook.ipynb"),
-            runtime_environment_name=d.get("size") or "",
-            runtime_environment_parameters=None,
-            output_formats=list(d.get("output_formats") or ["ipynb"]),
-            parameters={
-                k: json.dumps(v) if not isinstance(v, str) else v
-                for k, v in (d.get("parameters") or {}).items()
-            },
+            **_common(d),
             schedule=d.get("schedule"),
             timezone=d.get("timezone"),
             job_definition_id=lab_definition_id(d["id"]),
