@@ -14,6 +14,9 @@ field (core.jobs.check_request), that the size is one of this user's profiles (o
 the user's count of unfinished jobs, and the team queue, and only then creates the objects
 (with the hub's own Kubernetes credentials, never the user's): a refused request creates nothing.
 
+The runs of a job definition (a schedule: `hub/jobdefs.py`) are jobs here too, listed, read and
+deleted with the id `<definition>-<run>` (their Job `nbdef-<definition>-<run>`).
+
 Settings: `c.NotebookJobs.<trait>` (below).
 """
 
