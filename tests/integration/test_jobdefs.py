@@ -137,7 +137,11 @@ def test_a_schedule_runs_in_the_team_queue_pauses_and_goes_with_its_definition(
     assert pod["metadata"]["labels"]["kai.scheduler/queue"] == team
     assert pod["spec"]["schedulerName"] == "kai-scheduler" and pod["spec"]["priorityClassName"] == "train"
     pg = podgroup_of(api, namespace, pod["metadata"]["name"])
+    # KAI's CronJob grouper: one PodGroup per run, owned by the run's Job, in the team's queue,
+    # the pod's priority, minMember 1 (it does not read batch-min-member: one worker per run).
     assert pg["spec"]["queue"] == team and pg["spec"]["minMember"] == 1, pg["spec"]
+    assert pg["spec"].get("priorityClassName") == "train", pg["spec"]
+    assert pg["metadata"]["ownerReferences"][0]["name"] == run["metadata"]["name"], pg["metadata"]
 
     def finished(job_id: str) -> Any:
         _, j = call(hub, ann, "GET", f"/users/ann/jobs/{job_id}")
