@@ -23,6 +23,8 @@ CONTROLLERS = (
     # Notebook jobs (batch/v1 Jobs) and their clean-up after ttlSecondsAfterFinished.
     "job-controller",
     "ttl-after-finished-controller",
+    # Job definitions (schedules): CronJobs make the runs' Jobs.
+    "cronjob-controller",
 )
 
 

@@ -44,6 +44,7 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "Service": ("v1", "services", True),
     "Deployment": ("apps/v1", "deployments", True),
     "Job": ("batch/v1", "jobs", True),
+    "CronJob": ("batch/v1", "cronjobs", True),
     "CustomResourceDefinition": ("apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     "Queue": ("scheduling.run.ai/v2", "queues", False),
     "SubjectAccessReview": ("authorization.k8s.io/v1", "subjectaccessreviews", False),

@@ -1,6 +1,7 @@
 """A notebook job from JupyterLab's file browser, in real headless Chromium: right-click a
 notebook, "Create Job" (jupyter-scheduler's form, our GPU sizes as its environments), watch it
-complete in the Notebook Jobs panel, open the executed notebook."""
+complete in the Notebook Jobs panel, open the executed notebook; and "Run on a schedule",
+which makes a job definition (a CronJob) listed in "Job Definitions"."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Page, expect
 from tests.browser.conftest import login, shot
 from tests.integration.hubtools import gpu_hub, spawn
 from tests.integration.test_jobs import NOTEBOOK
@@ -29,21 +30,27 @@ def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
     h.stop()
 
 
-def test_a_job_from_the_file_browser_completes_and_opens(
-    browser: Browser, hub: Hub, api: KubeAPI, namespace: str, cluster: Any
-) -> None:
+def create_job_form(browser: Browser, hub: Hub, namespace: str, cluster: Any, notebook: str) -> Page:
+    """ann's JupyterLab, "Create Job" from the file browser's menu on `notebook` (in her home)."""
     home = Path(cluster.paths.homes) / namespace / "ann"
     home.mkdir(parents=True, exist_ok=True)
-    (home / "train.ipynb").write_text(json.dumps(NOTEBOOK))
+    (home / notebook).write_text(json.dumps(NOTEBOOK))
     spawn(hub, "ann", {"profile": "cpu"})
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     login(page, hub, "ann")
     page.goto(hub.url + "/user/ann/lab")
-    item = page.locator(".jp-DirListing-item").filter(has_text="train.ipynb")
+    item = page.locator(".jp-DirListing-item").filter(has_text=notebook)
     expect(item).to_be_visible(timeout=60000)
     item.click(button="right")
     page.locator(".lm-Menu-item").filter(has_text=re.compile("Create .*Job")).click()
     expect(page.get_by_text("Run now")).to_be_visible(timeout=30000)
+    return page
+
+
+def test_a_job_from_the_file_browser_completes_and_opens(
+    browser: Browser, hub: Hub, api: KubeAPI, namespace: str, cluster: Any
+) -> None:
+    page = create_job_form(browser, hub, namespace, cluster, "train.ipynb")
     # The environments are the hub's sizes, with what is free now.
     page.get_by_label("Environment").click()
     option = page.get_by_role("option", name="mig-1g-10gb", exact=True)
@@ -74,4 +81,29 @@ def test_a_job_from_the_file_browser_completes_and_opens(
         timeout=30000
     )
     shot(page, "jobs-6-output")
+    page.close()
+
+
+def test_a_scheduled_job_from_the_file_browser_is_a_job_definition(
+    browser: Browser, hub: Hub, api: KubeAPI, namespace: str, cluster: Any
+) -> None:
+    page = create_job_form(browser, hub, namespace, cluster, "nightly.ipynb")
+    page.get_by_label("Environment").click()
+    page.get_by_role("option", name="mig-1g-10gb", exact=True).first.click()
+    # "Run on a schedule": the form's default interval (weekdays at 00:00) and the browser's zone.
+    page.get_by_label("Run on a schedule").check()
+    shot(page, "jobs-7-schedule-form")
+    page.get_by_role("button", name="Create").click()
+    # The definition is listed in "Notebook Job Definitions" and is a CronJob on the cluster.
+    row = page.locator("tr").filter(has_text="nightly")
+    expect(row.first).to_be_visible(timeout=30000)
+    shot(page, "jobs-8-definitions")
+    crons = api.list("CronJob", namespace, label_selector="gpusessions.io/component=jobdefinition")["items"]
+    assert len(crons) == 1, crons
+    spec = crons[0]["spec"]
+    assert re.fullmatch(r"0+ 0+ \* \* mon-fri", spec["schedule"]), spec["schedule"]
+    assert spec["suspend"] is False
+    run = spec["jobTemplate"]["spec"]["template"]
+    assert run["metadata"]["labels"]["gpusessions.io/component"] == "job"
+    assert run["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == crons[0]["metadata"]["name"]
     page.close()

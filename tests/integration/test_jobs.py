@@ -282,18 +282,30 @@ def test_jupyterlab_creates_a_job_through_jupyter_scheduler(
     assert "mig-1g-10gb" in by_name and "cpu" in by_name, envs
     assert "free now" in by_name["mig-1g-10gb"]["description"], by_name["mig-1g-10gb"]
 
-    # A refusal reads as the hub words it; schedules are not offered yet.
+    # A refusal reads as the hub words it.
     code, body = lab(
         hub, "POST", "/jobs", {"input_uri": "lab.ipynb", "runtime_environment_name": "tpu9", "name": "x"}
     )
     assert code == 500 and "size 'tpu9' is not one of yours" in body, body
-    code, body = lab(
-        hub,
-        "POST",
-        "/job_definitions",
-        {"input_uri": "lab.ipynb", "runtime_environment_name": "cpu", "name": "x", "schedule": "0 * * * *"},
+
+    # "Run on a schedule": a job definition on the hub (a CronJob), paused, listed, deleted.
+    schedule = {"input_uri": "lab.ipynb", "runtime_environment_name": "cpu", "name": "hourly"}
+    code, body = lab(hub, "POST", "/job_definitions", {**schedule, "schedule": "0 * * *"})
+    assert code == 500 and "five fields" in body, body
+    code, made = lab(
+        hub, "POST", "/job_definitions", {**schedule, "schedule": "0 * * * *", "timezone": "UTC"}
     )
-    assert code == 500 and "Schedules are not available" in body, body
+    assert code == 200, made
+    def_name = made["job_definition_id"]
+    assert api.get("CronJob", def_name, namespace)["metadata"]["labels"]["kai.scheduler/queue"] == team
+    code, got = lab(hub, "GET", f"/job_definitions/{def_name}")
+    assert code == 200 and got["active"] and (got["schedule"], got["timezone"]) == ("0 * * * *", "UTC"), got
+    assert lab(hub, "PATCH", f"/job_definitions/{def_name}", {"active": False})[0] == 204
+    assert api.get("CronJob", def_name, namespace)["spec"]["suspend"] is True
+    _, defs = lab(hub, "GET", "/job_definitions")
+    assert [x["job_definition_id"] for x in defs["job_definitions"]] == [def_name], defs
+    assert lab(hub, "DELETE", f"/job_definitions/{def_name}")[0] == 204
+    assert api.get_or_none("CronJob", def_name, namespace) is None
 
     code, created = lab(
         hub,

@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 from jupyter_scheduler.exceptions import SchedulerError
-from jupyter_scheduler.models import CreateJob, Status
+from jupyter_scheduler.models import (
+    CreateJob,
+    CreateJobDefinition,
+    CreateJobFromDefinition,
+    ListJobDefinitionsQuery,
+    ListJobsQuery,
+    Status,
+    UpdateJobDefinition,
+)
 
 from gpusessions.notebook import jobs as NJ
 
@@ -48,8 +56,6 @@ def test_a_job_is_sent_to_the_hub_with_typed_parameters(
     assert body["parameters"] == {"epochs": 3, "lr": 0.5, "tag": "x y", "flag": True}
     with pytest.raises(SchedulerError, match="does not exist"):
         asyncio.run(scheduler(tmp_path).create_job(model.copy(update={"input_uri": "nope.ipynb"})))
-    with pytest.raises(SchedulerError, match="Schedules are not available"):
-        scheduler(tmp_path).create_job_definition(None)  # type: ignore[arg-type]
 
 
 def test_the_hubs_states_and_messages_show_in_the_panel(tmp_path: Path) -> None:
@@ -92,3 +98,106 @@ def test_outside_jupyterhub_the_backend_says_so() -> None:
     relay = NJ.HubRelay({})
     with pytest.raises(SchedulerError, match="need JupyterHub"):
         asyncio.run(NJ.hub_call("GET", "jobs", relay=relay))
+
+
+def test_a_schedule_is_a_hub_job_definition(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "t.ipynb").write_text("{}")
+    sent: list[Any] = []
+    definition = {
+        "id": "abc123def456",
+        "name": "nightly",
+        "input": "t.ipynb",
+        "size": "mig-1g-10gb",
+        "parameters": {"epochs": 3},
+        "output_formats": ["ipynb"],
+        "schedule": "0 2 * * *",
+        "timezone": "Europe/Paris",
+        "active": False,
+        "created": "2026-01-01T00:00:00Z",
+    }
+    run = {
+        "id": "abc123def456-29000000",
+        "job_definition_id": "abc123def456",
+        "name": "nightly",
+        "input": "t.ipynb",
+        "size": "mig-1g-10gb",
+        "created": "2026-01-02T00:00:00Z",
+        "state": "completed",
+    }
+
+    async def hub_call(method: str, action: str, body: Any = None, relay: Any = None) -> Any:
+        sent.append((method, action, body))
+        if action == "jobdefinitions" and method == "GET":
+            return {"job_definitions": [definition]}
+        if action == "jobs":
+            return {"jobs": [run, {**run, "id": "0123456789ab", "job_definition_id": None}]}
+        if action.endswith("/jobs"):
+            return {"id": "abc123def456-m1234abcd"}
+        return definition
+
+    monkeypatch.setattr(NJ, "hub_call", hub_call)
+    s = scheduler(tmp_path)
+    model = CreateJobDefinition(
+        input_uri="t.ipynb",
+        runtime_environment_name="Small GPU slice (MIG 1g.10gb)",
+        name="nightly",
+        parameters={"epochs": "3"},
+        schedule="0 2 * * *",
+        timezone="Europe/Paris",
+    )
+    assert asyncio.run(s.create_job_definition(model)) == "nbdef-abc123def456"
+    method, action, body = sent[-1]
+    assert (method, action) == ("POST", "jobdefinitions")
+    assert body == {
+        "name": "nightly",
+        "input": "t.ipynb",
+        "size": "mig-1g-10gb",
+        "parameters": {"epochs": 3},
+        "output_formats": ["ipynb"],
+        "schedule": "0 2 * * *",
+        "timezone": "Europe/Paris",
+    }
+    with pytest.raises(SchedulerError, match="needs a schedule"):
+        asyncio.run(s.create_job_definition(model.copy(update={"schedule": None})))
+
+    d = asyncio.run(s.get_job_definition("nbdef-abc123def456"))
+    assert sent[-1][:2] == ("GET", "jobdefinitions/abc123def456")
+    assert (d.job_definition_id, d.schedule, d.timezone, d.active) == (
+        "nbdef-abc123def456",
+        "0 2 * * *",
+        "Europe/Paris",
+        False,
+    )
+    assert d.parameters == {"epochs": "3"} and d.runtime_environment_name == "mig-1g-10gb"
+    listed = asyncio.run(s.list_job_definitions(ListJobDefinitionsQuery(name="night")))
+    assert listed.total_count == 1
+    assert asyncio.run(s.list_job_definitions(ListJobDefinitionsQuery(name="other"))).total_count == 0
+
+    # Pause and resume are the definition's `active`; an edit sends only what was changed.
+    asyncio.run(s.update_job_definition("nbdef-abc123def456", UpdateJobDefinition(active=False)))
+    assert sent[-1] == ("PATCH", "jobdefinitions/abc123def456", {"active": False})
+    asyncio.run(s.resume_jobs("nbdef-abc123def456"))
+    assert sent[-1] == ("PATCH", "jobdefinitions/abc123def456", {"active": True})
+    asyncio.run(s.pause_jobs("nbdef-abc123def456"))
+    assert sent[-1] == ("PATCH", "jobdefinitions/abc123def456", {"active": False})
+    asyncio.run(
+        s.update_job_definition(
+            "nbdef-abc123def456",
+            UpdateJobDefinition(schedule="0 3 * * *", timezone="UTC", parameters={"e": "1"}),
+        )
+    )
+    assert sent[-1][2] == {"schedule": "0 3 * * *", "timezone": "UTC", "parameters": {"e": 1}}
+
+    # Run now, with a parameter changed; the runs show with their definition.
+    job_id = asyncio.run(
+        s.create_job_from_definition(
+            "nbdef-abc123def456", CreateJobFromDefinition(parameters={"epochs": "5"})
+        )
+    )
+    assert job_id == "nbdef-abc123def456-m1234abcd" and NJ.hub_id(job_id) == "abc123def456-m1234abcd"
+    assert sent[-1] == ("POST", "jobdefinitions/abc123def456/jobs", {"parameters": {"epochs": 5}})
+    jobs = asyncio.run(s.list_jobs(ListJobsQuery(job_definition_id="nbdef-abc123def456")))
+    assert [j.job_id for j in jobs.jobs] == ["nbdef-abc123def456-29000000"]
+    assert jobs.jobs[0].job_definition_id == "nbdef-abc123def456"
+    asyncio.run(s.delete_job_definition("nbdef-abc123def456"))
+    assert sent[-1] == ("DELETE", "jobdefinitions/abc123def456", None)

@@ -14,6 +14,9 @@ field (core.jobs.check_request), that the size is one of this user's profiles (o
 the user's count of unfinished jobs, and the team queue, and only then creates the objects
 (with the hub's own Kubernetes credentials, never the user's): a refused request creates nothing.
 
+The runs of a job definition (a schedule: `hub/jobdefs.py`) are jobs here too, listed, read and
+deleted with the id `<definition>-<run>` (their Job `nbdef-<definition>-<run>`).
+
 Settings: `c.NotebookJobs.<trait>` (below).
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from jupyterhub.apihandlers.base import APIHandler
@@ -29,6 +33,7 @@ from tornado import web
 from traitlets import Bool, Dict, Int, Unicode
 from traitlets.config import Configurable
 
+from gpusessions.core import jobdefs as D
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
 from gpusessions.core import queues as Q
@@ -186,15 +191,18 @@ async def user_sizes(spawner: Any, cfg: NotebookJobs) -> list[tuple[str, Obj | N
 async def delete_user_jobs(namespace: str, user_name: str, log: Any) -> int:
     """Delete every notebook job of a user (the user is being deleted): Jobs, and with them
     their pods, claims and claim templates. Returns how many Jobs were deleted."""
+    from gpusessions.hub.jobdefs import delete_user_definitions
     from gpusessions.kube.jobs import JobsAPI
 
+    await delete_user_definitions(namespace, user_name, log)  # first: no new runs start
     api = JobsAPI()
     n = 0
     try:
         for j in await api.list_jobs(namespace, _selector(user_name)):
             if J.owned_by_user(j, user_name):
                 n += await api.delete_job(namespace, j["metadata"]["name"])
-                await api.delete_claim_template(namespace, j["metadata"]["name"])
+                if not D.definition_of(j):  # a run's template is its definition's, gone above
+                    await api.delete_claim_template(namespace, j["metadata"]["name"])
     except KubeError as e:  # the user still goes; say what is left
         log.warning("The notebook jobs of %s could not all be deleted: %s", user_name, e)
     if n:
@@ -202,7 +210,36 @@ async def delete_user_jobs(namespace: str, user_name: str, log: Any) -> int:
     return n
 
 
+async def create_with_template(
+    api: Any, template: Obj | None, create: Any, body: Obj, owner_reference: Any
+) -> Obj:
+    """Create the claim template (None: CPU only), then `body` with `create`, then make the
+    template the created object's (deleted with it); a refused `body` takes the template back."""
+    if template is None:
+        return await create(body)
+    md = template["metadata"]
+    await api.create_claim_template(template)
+    try:
+        created = await create(body)
+    except Exception:
+        await api.delete_claim_template(md["namespace"], md["name"])
+        raise
+    await api.own_claim_template(md["namespace"], md["name"], owner_reference(created))
+    return created
+
+
 # -- handlers -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prepared:
+    """What a checked request runs with: the job settings, the size's GPU request (None: CPU
+    only), the team queue, the size in words."""
+
+    settings: J.JobSettings
+    gpu: GPURequest | None
+    queue: str | None
+    size_text: str
+
+
 class JobsBase(APIHandler):
     def _begin(self, user_name: str, write: bool) -> tuple[Any, Any, NotebookJobs]:
         cfg = job_settings(self)
@@ -226,12 +263,47 @@ class JobsBase(APIHandler):
         self.set_header("Cache-Control", "no-store")
         self.write(json.dumps(body))
 
+    async def _prepare(self, user: Any, spawner: Any, cfg: NotebookJobs, req: J.JobRequest) -> Prepared:
+        """The size (one of the user's), the team queue and the job settings of a request;
+        400 for a size not the user's, 403 without a queue."""
+        sizes = await user_sizes(spawner, cfg)
+        match = next(((p, g) for slug, p, g in sizes if slug == req.size), None)
+        if match is None:
+            raise web.HTTPError(
+                400,
+                f"Invalid job: size {req.size!r} is not one of yours ({', '.join(s for s, _, _ in sizes)}).",
+            )
+        profile, gpu = match
+        policy = Q.QueuePolicy.of(spawner)
+        groups = [g.name for g in getattr(user, "groups", []) or []]
+        try:
+            queue = await policy.queue_of(spawner, groups)
+        except Refused as e:
+            raise web.HTTPError(403, str(e).replace("your server", "your job")) from None
+        settings = settings_for(spawner, cfg, profile, queue, policy)
+        return Prepared(settings, gpu, queue, gpu.describe() if gpu else "CPU only")
+
+    async def _check_active(self, api: Any, spawner: Any, user_name: str, cfg: NotebookJobs) -> None:
+        """429 when the user has `max_active_jobs` queued or running jobs."""
+        active = [
+            j
+            for j in await api.list_jobs(spawner.namespace, _selector(user_name))
+            if J.owned_by_user(j, user_name) and J.job_state(j)["state"] in ("queued", "running")
+        ]
+        if len(active) >= cfg.max_active_jobs:
+            raise web.HTTPError(
+                429,
+                f"You have {len(active)} unfinished job(s), the most one user may have: wait for one to "
+                "end or delete one.",
+            )
+
     async def _find(self, spawner: Any, user_name: str, job_id: str) -> Obj:
         from gpusessions.kube.jobs import JobsAPI
 
-        if not J._ID.match(job_id):
+        name = D.job_name_for(job_id)
+        if name is None:
             raise web.HTTPError(404, "No such job.")
-        job = await JobsAPI().get_job(spawner.namespace, J.job_name(job_id))
+        job = await JobsAPI().get_job(spawner.namespace, name)
         if job is None or not J.owned_by_user(job, user_name):
             raise web.HTTPError(404, "No such job.")
         return job
@@ -259,7 +331,7 @@ def describe(job: Obj, pods: list[Obj], now: float | None = None, events: list[O
     """A job as the endpoints answer it."""
     md = job["metadata"]
     req = J.read_request(job)
-    job_id = (md.get("labels") or {}).get(J.JOB_ID_LABEL, "")
+    job_id = D.job_id_of(job)
     spec = (job.get("spec") or {}).get("template", {}).get("spec", {})
     gpus = 0.0
     if spec.get("resourceClaims"):
@@ -269,6 +341,7 @@ def describe(job: Obj, pods: list[Obj], now: float | None = None, events: list[O
     stem = str(req.get("input", "x.ipynb")).rsplit("/", 1)[-1][: -len(".ipynb")]
     return {
         "id": job_id,
+        "job_definition_id": D.definition_of(job),
         "name": req.get("name", ""),
         "input": req.get("input", ""),
         "size": req.get("size", ""),
@@ -291,9 +364,10 @@ def describe(job: Obj, pods: list[Obj], now: float | None = None, events: list[O
 
 
 def _by_job(pods: list[Obj]) -> dict[str, list[Obj]]:
+    """Pods by their Job's name (the label the apiserver puts on every Job's pods)."""
     out: dict[str, list[Obj]] = {}
     for p in pods:
-        out.setdefault((p["metadata"].get("labels") or {}).get(J.JOB_ID_LABEL, ""), []).append(p)
+        out.setdefault((p["metadata"].get("labels") or {}).get(D.JOB_NAME_LABEL, ""), []).append(p)
     return out
 
 
@@ -310,10 +384,7 @@ class JobsHandler(JobsBase):
         ]
         pods = _by_job(await api.list_pods(spawner.namespace, _selector(user_name)))
         events = await evictions(api, spawner.namespace, jobs)
-        out = [
-            describe(j, pods.get(j["metadata"]["labels"].get(J.JOB_ID_LABEL, ""), []), events=events)
-            for j in jobs
-        ]
+        out = [describe(j, pods.get(j["metadata"]["name"], []), events=events) for j in jobs]
         out.sort(key=lambda j: str(j.get("created") or ""), reverse=True)
         self._json({"jobs": out})
 
@@ -329,50 +400,19 @@ class JobsHandler(JobsBase):
             req = J.check_request(body, J.Limits(cfg.max_parameters, cfg.max_workers))
         except J.InvalidJob as e:
             raise web.HTTPError(400, f"Invalid job: {e}.") from None
-        sizes = await user_sizes(spawner, cfg)
-        match = next(((p, g) for slug, p, g in sizes if slug == req.size), None)
-        if match is None:
-            raise web.HTTPError(
-                400,
-                f"Invalid job: size {req.size!r} is not one of yours ({', '.join(s for s, _, _ in sizes)}).",
-            )
-        profile, gpu = match
-        policy = Q.QueuePolicy.of(spawner)
-        groups = [g.name for g in getattr(user, "groups", []) or []]
-        try:
-            queue = await policy.queue_of(spawner, groups)
-        except Refused as e:
-            raise web.HTTPError(403, str(e).replace("your server", "your job")) from None
+        prepared = await self._prepare(user, spawner, cfg, req)
         api = JobsAPI()
-        active = [
-            j
-            for j in await api.list_jobs(spawner.namespace, _selector(user_name))
-            if J.owned_by_user(j, user_name) and J.job_state(j)["state"] in ("queued", "running")
-        ]
-        if len(active) >= cfg.max_active_jobs:
-            raise web.HTTPError(
-                429,
-                f"You have {len(active)} unfinished job(s), the most one user may have: wait for one to "
-                "end or delete one.",
-            )
-        settings = settings_for(spawner, cfg, profile, queue, policy)
+        await self._check_active(api, spawner, user_name, cfg)
+        settings, gpu, queue = prepared.settings, prepared.gpu, prepared.queue
         job_id = uuid.uuid4().hex[:12]
         ns = spawner.namespace
-        size_text = gpu.describe() if gpu else "CPU only"
+        size_text = prepared.size_text
         job = J.build_job(job_id, ns, user_name, req, settings, gpu, size_text)
+        template = None
+        if gpu is not None:
+            template = J.build_claim_template(job_id, ns, user_name, gpu, settings.queue_labels)
         try:
-            if gpu is not None:
-                await api.create_claim_template(
-                    J.build_claim_template(job_id, ns, user_name, gpu, settings.queue_labels)
-                )
-            try:
-                created = await api.create_job(job)
-            except Exception:
-                if gpu is not None:
-                    await api.delete_claim_template(ns, J.job_name(job_id))
-                raise
-            if gpu is not None:
-                await api.own_claim_template(ns, J.job_name(job_id), J.owner_reference(created))
+            created = await create_with_template(api, template, api.create_job, job, J.owner_reference)
         except KubeError as e:
             self.log.warning("Notebook job of %s not created: %s", user_name, e)
             raise web.HTTPError(502, f"The cluster refused the job: {e.message}") from None
@@ -421,7 +461,7 @@ class JobHandler(JobsBase):
         _, spawner, _ = self._begin(user_name, write=False)
         job = await self._find(spawner, user_name, job_id)
         api = JobsAPI()
-        pods = await api.list_pods(spawner.namespace, f"{J.JOB_ID_LABEL}={job_id}")
+        pods = await api.list_pods(spawner.namespace, f"{D.JOB_NAME_LABEL}={job['metadata']['name']}")
         events = await evictions(api, spawner.namespace, [job])
         self._json(describe(job, [p for p in pods if J.owned_by_user(p, user_name)], events=events))
 
@@ -429,10 +469,12 @@ class JobHandler(JobsBase):
         from gpusessions.kube.jobs import JobsAPI
 
         _, spawner, _ = self._begin(user_name, write=True)
-        await self._find(spawner, user_name, job_id)
+        job = await self._find(spawner, user_name, job_id)
+        name = job["metadata"]["name"]
         api = JobsAPI()
-        deleted = await api.delete_job(spawner.namespace, J.job_name(job_id))
-        await api.delete_claim_template(spawner.namespace, J.job_name(job_id))
+        deleted = await api.delete_job(spawner.namespace, name)
+        if not D.definition_of(job):  # a run's claim template is its definition's
+            await api.delete_claim_template(spawner.namespace, name)
         self.log.info("Notebook job %s of %s deleted", job_id, user_name)
         self._json({"id": job_id, "deleted": deleted})
 
@@ -442,9 +484,9 @@ class JobLogHandler(JobsBase):
         from gpusessions.kube.jobs import JobsAPI
 
         _, spawner, cfg = self._begin(user_name, write=False)
-        await self._find(spawner, user_name, job_id)
+        job = await self._find(spawner, user_name, job_id)
         api = JobsAPI()
-        pods = await api.list_pods(spawner.namespace, f"{J.JOB_ID_LABEL}={job_id}")
+        pods = await api.list_pods(spawner.namespace, f"{D.JOB_NAME_LABEL}={job['metadata']['name']}")
         pods.sort(key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
         if not pods:
             self._json({"id": job_id, "pod": None, "log": "", "message": "No pod has started yet."})
@@ -461,7 +503,10 @@ class JobLogHandler(JobsBase):
 
 def handlers() -> list[tuple[str, Any]]:
     """Routes under the hub prefix (/hub/)."""
+    from gpusessions.hub.jobdefs import handlers as definition_handlers
+
     return [
+        *definition_handlers(),
         (r"/api/gpusessions/users/([^/]+)/jobs", JobsHandler),
         (r"/api/gpusessions/users/([^/]+)/jobs/sizes", JobSizesHandler),
         (r"/api/gpusessions/users/([^/]+)/jobs/([^/]+)", JobHandler),

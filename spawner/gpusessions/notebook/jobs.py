@@ -14,7 +14,10 @@ Enabled by `jupyter-config/gpusessions.json` (installed with the package):
   links to (nothing to download). The job outlives this server.
 - States: queued (with the scheduler's reason), in progress, completed, failed; a preempted
   job shows "Preempted N time(s) ..., requeued" while it waits again.
-- Not offered: schedules (job definitions), stopping a job without deleting it, HTML output.
+- Schedules ("Run on a schedule": job definitions) are the hub's job definitions
+  (`.../jobdefinitions`, a CronJob each); pausing or resuming one is its `active` field, "Run
+  job" on a definition runs it now; its runs show in the panel with their definition's id.
+- Not offered: stopping a job without deleting it, HTML output.
 """
 
 from __future__ import annotations
@@ -58,10 +61,7 @@ STATES = {
     "failed": Status.FAILED,
     "stopped": Status.STOPPED,
 }
-NO_SCHEDULES = (
-    "Schedules are not available for GPU jobs yet: use 'Run now' (each run waits in your team's "
-    "queue until a GPU is free)."
-)
+NEEDS_SCHEDULE = "A job definition needs a schedule (a cron expression such as '0 2 * * *')."
 
 
 async def hub_call(method: str, action: str, body: Any = None, relay: HubRelay | None = None) -> Any:
@@ -138,12 +138,22 @@ def _param(value: str) -> Any:
 
 
 def lab_id(job_id: str) -> str:
-    """The job's id in jupyter-scheduler (its URLs want a dash): the Job's name, nbjob-<id>."""
-    return f"nbjob-{job_id}"
+    """The job's id in jupyter-scheduler (its URLs want a dash): the Job's name, nbjob-<id> for a
+    one-off job, nbdef-<definition>-<run> for a definition's run (whose hub id has a dash)."""
+    return f"nbdef-{job_id}" if "-" in job_id else f"nbjob-{job_id}"
 
 
 def hub_id(lab_job_id: str) -> str:
-    return lab_job_id.removeprefix("nbjob-")
+    return lab_job_id.removeprefix("nbjob-").removeprefix("nbdef-")
+
+
+def lab_definition_id(def_id: str) -> str:
+    """A definition's id in jupyter-scheduler: its CronJob's name, nbdef-<id>."""
+    return f"nbdef-{def_id}"
+
+
+def hub_definition_id(lab_definition: str) -> str:
+    return lab_definition.removeprefix("nbdef-")
 
 
 def _ms(iso: Any) -> int | None:
@@ -153,6 +163,20 @@ def _ms(iso: Any) -> int | None:
         return int(datetime.datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp() * 1000)
     except ValueError:
         return None
+
+
+def _common(j: dict[str, Any]) -> dict[str, Any]:
+    """What a job and a definition show alike, from the hub's answer."""
+    return {
+        "name": j.get("name") or j["id"],
+        "input_filename": posixpath.basename(j.get("input") or "notebook.ipynb"),
+        "runtime_environment_name": j.get("size") or "",
+        "runtime_environment_parameters": None,
+        "output_formats": list(j.get("output_formats") or ["ipynb"]),
+        "parameters": {
+            k: json.dumps(v) if not isinstance(v, str) else v for k, v in (j.get("parameters") or {}).items()
+        },
+    }
 
 
 class GPUJobsScheduler(BaseScheduler):
@@ -170,16 +194,22 @@ class GPUJobsScheduler(BaseScheduler):
     # -- jobs -------------------------------------------------------------------------------
     async def create_job(self, model: CreateJob) -> str:
         if model.job_definition_id:
-            raise SchedulerError(NO_SCHEDULES)
-        body = {
+            return await self.create_job_from_definition(
+                model.job_definition_id, CreateJobFromDefinition(parameters=model.parameters)
+            )
+        body = self._request(model)
+        job = await hub_call("POST", "jobs", body)
+        return lab_id(job["id"])
+
+    def _request(self, model: CreateJob | CreateJobDefinition) -> dict[str, Any]:
+        """The hub's job request from jupyter-scheduler's form (typed parameters, size slug)."""
+        return {
             "name": model.name,
             "input": self._input(model.input_uri),
             "size": self._size(model.runtime_environment_name),
             "parameters": {k: _param(v) for k, v in (model.parameters or {}).items()},
             "output_formats": [f for f in (model.output_formats or ["ipynb"]) if f == "ipynb"] or ["ipynb"],
         }
-        job = await hub_call("POST", "jobs", body)
-        return lab_id(job["id"])
 
     def _size(self, submitted: str) -> str:
         envs = self.environments_manager
@@ -220,16 +250,11 @@ class GPUJobsScheduler(BaseScheduler):
         if j.get("gpu_seconds"):
             message += f" GPU time {j['gpu_seconds'] / 60:.1f} min."
         return DescribeJob(
-            name=j.get("name") or j["id"],
-            input_filename=posixpath.basename(j.get("input") or "notebook.ipynb"),
-            runtime_environment_name=j.get("size") or "",
-            runtime_environment_parameters=None,
-            output_formats=list(j.get("output_formats") or ["ipynb"]),
-            parameters={
-                k: json.dumps(v) if not isinstance(v, str) else v
-                for k, v in (j.get("parameters") or {}).items()
-            },
+            **_common(j),
             job_id=lab_id(j["id"]),
+            job_definition_id=lab_definition_id(j["job_definition_id"])
+            if j.get("job_definition_id")
+            else None,
             url=f"/jobs/{lab_id(j['id'])}",
             create_time=created,
             update_time=created,
@@ -249,6 +274,8 @@ class GPUJobsScheduler(BaseScheduler):
             jobs = [j for j in jobs if j.name.startswith(query.name)]
         if query.start_time:
             jobs = [j for j in jobs if (j.start_time or 0) >= query.start_time]
+        if query.job_definition_id:
+            jobs = [j for j in jobs if j.job_definition_id == query.job_definition_id]
         n = len(jobs)
         return ListJobsResponse(jobs=jobs[: query.max_items or n], total_count=n)
 
@@ -275,27 +302,68 @@ class GPUJobsScheduler(BaseScheduler):
     def get_staging_paths(self, model: Any) -> dict[str, str]:
         return {}
 
-    # -- job definitions (schedules): not offered --------------------------------------------
-    def create_job_definition(self, model: CreateJobDefinition) -> str:
-        raise SchedulerError(NO_SCHEDULES)
+    # -- job definitions (schedules): the hub's CronJobs -----------------------------------------
+    async def create_job_definition(self, model: CreateJobDefinition) -> str:
+        if not model.schedule:
+            raise SchedulerError(NEEDS_SCHEDULE)
+        body = {**self._request(model), "schedule": model.schedule, "timezone": model.timezone or None}
+        d = await hub_call("POST", "jobdefinitions", body)
+        return lab_definition_id(d["id"])
 
-    def update_job_definition(self, job_definition_id: str, model: UpdateJobDefinition) -> None:
-        raise SchedulerError(NO_SCHEDULES)
+    async def update_job_definition(self, job_definition_id: str, model: UpdateJobDefinition) -> None:
+        given = model.dict(exclude_unset=True)
+        body: dict[str, Any] = {}
+        for ours, theirs in (("name", "name"), ("schedule", "schedule"), ("active", "active")):
+            if given.get(theirs) is not None:
+                body[ours] = given[theirs]
+        if "timezone" in given:
+            body["timezone"] = given["timezone"] or None
+        if given.get("runtime_environment_name"):
+            body["size"] = self._size(given["runtime_environment_name"])
+        if given.get("parameters") is not None:
+            body["parameters"] = {k: _param(v) for k, v in given["parameters"].items()}
+        if given.get("input_uri"):
+            body["input"] = self._input(given["input_uri"])
+        await hub_call("PATCH", f"jobdefinitions/{hub_definition_id(job_definition_id)}", body)
 
-    def delete_job_definition(self, job_definition_id: str) -> None:
-        raise SchedulerError(NO_SCHEDULES)
+    async def delete_job_definition(self, job_definition_id: str) -> None:
+        await hub_call("DELETE", f"jobdefinitions/{hub_definition_id(job_definition_id)}")
 
-    def get_job_definition(self, job_definition_id: str) -> DescribeJobDefinition:
-        raise SchedulerError(NO_SCHEDULES)
+    def describe_definition(self, d: dict[str, Any]) -> DescribeJobDefinition:
+        created = _ms(d.get("created")) or 0
+        return DescribeJobDefinition(
+            **_common(d),
+            schedule=d.get("schedule"),
+            timezone=d.get("timezone"),
+            job_definition_id=lab_definition_id(d["id"]),
+            create_time=created,
+            update_time=_ms(d.get("last_schedule_time")) or created,
+            active=bool(d.get("active")),
+        )
 
-    def list_job_definitions(self, query: ListJobDefinitionsQuery) -> ListJobDefinitionsResponse:
-        return ListJobDefinitionsResponse(job_definitions=[], total_count=0)
+    async def get_job_definition(self, job_definition_id: str) -> DescribeJobDefinition:
+        return self.describe_definition(
+            await hub_call("GET", f"jobdefinitions/{hub_definition_id(job_definition_id)}")
+        )
 
-    def create_job_from_definition(self, job_definition_id: str, model: CreateJobFromDefinition) -> str:
-        raise SchedulerError(NO_SCHEDULES)
+    async def list_job_definitions(self, query: ListJobDefinitionsQuery) -> ListJobDefinitionsResponse:
+        found = [
+            self.describe_definition(d) for d in (await hub_call("GET", "jobdefinitions"))["job_definitions"]
+        ]
+        if query.name:
+            found = [d for d in found if d.name.startswith(query.name)]
+        if query.create_time:
+            found = [d for d in found if d.create_time >= query.create_time]
+        n = len(found)
+        return ListJobDefinitionsResponse(job_definitions=found[: query.max_items or n], total_count=n)
 
-    def pause_jobs(self, job_definition_id: str) -> None:
-        raise SchedulerError(NO_SCHEDULES)
+    async def create_job_from_definition(self, job_definition_id: str, model: CreateJobFromDefinition) -> str:
+        body = {"parameters": {k: _param(v) for k, v in (model.parameters or {}).items()}}
+        job = await hub_call("POST", f"jobdefinitions/{hub_definition_id(job_definition_id)}/jobs", body)
+        return lab_id(job["id"])
 
-    def resume_jobs(self, job_definition_id: str) -> None:
-        raise SchedulerError(NO_SCHEDULES)
+    async def pause_jobs(self, job_definition_id: str) -> None:
+        await hub_call("PATCH", f"jobdefinitions/{hub_definition_id(job_definition_id)}", {"active": False})
+
+    async def resume_jobs(self, job_definition_id: str) -> None:
+        await hub_call("PATCH", f"jobdefinitions/{hub_definition_id(job_definition_id)}", {"active": True})
