@@ -535,7 +535,29 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
             lambda: (tmp_path / "culler.log").read_text()[-3000:],
         )
         assert call(hub, cy, "DELETE", path)[0] == 200
-        # A second goes with cy when she is deleted.
+        # Schedules: cy makes a job definition (a CronJob), lists and reads it, pauses it (the
+        # CronJob replaced), runs it now and deletes it; a second goes with her below.
+        defs = "/users/cy/jobdefinitions"
+        nightly = {"name": "nightly", "input": "quick.ipynb", "size": size, "schedule": "0 3 * * *"}
+        code, d = call(hub, cy, "POST", defs, nightly)
+        assert code == 201, d
+        code, listed = call(hub, cy, "GET", defs)
+        assert code == 200 and [x["id"] for x in listed["job_definitions"]] == [d["id"]], listed
+        assert call(hub, cy, "GET", f"{defs}/{d['id']}")[0] == 200
+        code, paused = call(hub, cy, "PATCH", f"{defs}/{d['id']}", {"active": False})
+        assert code == 200 and paused["active"] is False, paused
+        code, run = call(hub, cy, "POST", f"{defs}/{d['id']}/jobs", {})
+        assert code == 201 and run["job_definition_id"] == d["id"], run
+        assert call(hub, cy, "DELETE", f"{defs}/{d['id']}")[0] == 200
+        waits.wait_for(
+            lambda: not api.list("CronJob", namespace)["items"] and not job_objects(api, namespace)["jobs"],
+            60,
+            "cy's definition and its run to go",
+            lambda: str(job_objects(api, namespace)),
+        )
+        code, d2 = call(hub, cy, "POST", defs, nightly)
+        assert code == 201, d2
+        # A second job goes with cy when she is deleted (her second definition too).
         code, again = call(
             hub, cy, "POST", "/users/cy/jobs", {"name": "q", "input": "quick.ipynb", "size": size}
         )
@@ -550,6 +572,7 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
             "cy's jobs to go",
             lambda: str(job_objects(api, namespace)),
         )
+        assert api.list("CronJob", namespace)["items"] == [], "cy's definition went with her"
         # The hub releases a deleted user's GPU itself.
         spawn(hub, "bob", {"profile": size})
         # Warned in turn, bob answers "Keep my GPU" (the hub annotates his claim).
@@ -635,7 +658,9 @@ def test_hub_and_culler_run_with_exactly_the_rights_the_chart_gives(
         ("update", "jobs", "batch", namespace),
         ("create", "resourceclaimtemplates", "resource.k8s.io", other),
         ("get", "pods/log", "", other),
-        ("create", "cronjobs", "batch", namespace),
+        ("create", "cronjobs", "batch", other),
+        ("patch", "cronjobs", "batch", namespace),
+        ("watch", "cronjobs", "batch", namespace),
     ]:
         assert not _can(api, hub_user, verb, resource, group, ns), f"hub may {verb} {resource} in {ns}"
     assert _can(api, hub_user, "watch", "queues", "scheduling.run.ai", None)

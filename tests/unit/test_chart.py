@@ -106,6 +106,7 @@ VALUE_SETS = {
             "allowCpu": False,
             "ttlSecondsAfterFinished": 3600,
             "activeDeadlineSeconds": 7200,
+            "schedules": {"enabled": True, "minIntervalMinutes": 60, "maxDefinitions": 2, "historyLimit": 1},
         },
     },
 }
@@ -195,6 +196,8 @@ def test_every_value_is_documented_in_the_schema() -> None:
         ({"jobs": {"requeueLimit": -1}}, "requeueLimit"),
         ({"jobs": {"priorityClass": "urgent"}}, "priorityClass"),
         ({"jobs": {"maxWorkers": 9}}, "maxWorkers"),
+        ({"jobs": {"schedules": {"enabled": True, "minIntervalMinutes": 0}}}, "minIntervalMinutes"),
+        ({"jobs": {"schedules": {"enabled": True, "cron": "* * * * *"}}}, "cron"),
         ({"hub": {"apiUrl": "hub:8081"}}, "apiUrl"),
     ],
 )
@@ -378,7 +381,7 @@ def test_jobs_enabled_turns_jobs_on_with_exactly_their_rights(tmp_path: Path) ->
     assert settings_of(off)["jobs"]["enabled"] is False
     c = Config()
     hubsetup.apply(c, settings_of(off))
-    assert c.NotebookJobs.enabled is False
+    assert (c.NotebookJobs.enabled, c.NotebookJobDefinitions.enabled) == (False, False)
 
     values = _merge(VALUE_SETS["jobs"], {"sizes": [{**_defaults()["sizes"][0], "jobPriorityClass": "build"}]})
     on = template(tmp_path, values)
@@ -394,9 +397,25 @@ def test_jobs_enabled_turns_jobs_on_with_exactly_their_rights(tmp_path: Path) ->
         "verbs": ["create", "patch", "delete"],
     } in hub
     assert {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]} in hub
+    # Schedules: CronJobs, and reading a definition's claim template.
+    assert {
+        "apiGroups": ["batch"],
+        "resources": ["cronjobs"],
+        "verbs": ["get", "list", "create", "update", "delete"],
+    } in hub
+    template_get = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"]}
+    template_get["verbs"] = ["get"]
+    assert template_get in hub
     culler = _rules(on, "Role", "culler")
     assert {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch", "patch"]} in culler
-    assert len(hub) == len(_rules(template(tmp_path, TEAMS), "Role", "hub")) + 3
+    assert len(hub) == len(_rules(template(tmp_path, TEAMS), "Role", "hub")) + 5
+    # Jobs without schedules: no rights for CronJobs, and the hub offers none.
+    no_schedules = template(tmp_path, _merge(VALUE_SETS["jobs"], {"jobs": {"schedules": {"enabled": False}}}))
+    assert not [r for r in _rules(no_schedules, "Role", "hub") if "cronjobs" in r["resources"]]
+    assert len(_rules(no_schedules, "Role", "hub")) == len(hub) - 2
+    c = Config()
+    hubsetup.apply(c, hubsetup.check(settings_of(no_schedules)))
+    assert (c.NotebookJobs.enabled, c.NotebookJobDefinitions.enabled) == (True, False)
     assert len(culler) == len(_rules(off, "Role", "culler")) + 1
     # Cluster-wide: nothing for jobs.
     for who in ("hub", "culler"):
@@ -412,6 +431,8 @@ def test_jobs_enabled_turns_jobs_on_with_exactly_their_rights(tmp_path: Path) ->
     )
     assert (j.requeue_limit, j.max_active_jobs, j.max_workers, j.allow_cpu) == (1, 2, 2, False)
     assert (j.ttl_seconds_after_finished, j.active_deadline_seconds) == (3600, 7200)
+    d = c.NotebookJobDefinitions
+    assert (d.enabled, d.min_interval_minutes, d.max_definitions, d.history_limit) == (True, 60, 2, 1)
     (size,) = [p for p in c.KubeSpawner.profile_list if p["slug"] == values["sizes"][0]["name"]]
     assert size["kubespawner_override"]["job_priority_class"] == "build"
 
@@ -463,6 +484,14 @@ def test_values_yaml_matches_the_spawner_defaults() -> None:
     for key, trait in JOB_SETTINGS.items():
         value = getattr(hub_defaults, trait)
         assert defaults["jobs"][key] == value, (key, defaults["jobs"][key], value)
+    from gpusessions.hub.hubsetup import SCHEDULE_SETTINGS
+    from gpusessions.hub.jobdefs import NotebookJobDefinitions
+
+    definition_defaults = NotebookJobDefinitions()
+    assert defaults["jobs"]["schedules"]["enabled"] is definition_defaults.enabled
+    for key, trait in SCHEDULE_SETTINGS.items():
+        value = getattr(definition_defaults, trait)
+        assert defaults["jobs"]["schedules"][key] == value, (key, defaults["jobs"]["schedules"][key], value)
 
 
 def test_chart_yaml() -> None:

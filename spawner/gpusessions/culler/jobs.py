@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpusessions.core import jobdefs as D
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
 
@@ -56,7 +57,7 @@ def rows(jobs: Iterable[Obj], now: float | None = None) -> list[Obj]:
             {
                 "namespace": md.get("namespace", ""),
                 "job": md.get("name", ""),
-                "id": (md.get("labels") or {}).get(J.JOB_ID_LABEL, ""),
+                "id": D.job_id_of(job),
                 "user": (md.get("annotations") or {}).get(L.USER_ANNOTATION, ""),
                 "name": req.get("name", ""),
                 "input": req.get("input", ""),

@@ -17,7 +17,8 @@ check() adds only the rules across items that a schema cannot state.
      "culler": {"enabled", "serviceName", "url"? | "args"?, "admins", "adminGroups"},
      "jobs": {"enabled", "priorityClass"?, "queuePriorityClass"?, "requeueLimit"?,
               "maxActiveJobs"?, "maxWorkers"?, "allowCpu"?, "ttlSecondsAfterFinished"?,
-              "activeDeadlineSeconds"?}}
+              "activeDeadlineSeconds"?,
+              "schedules"?: {"enabled", "minIntervalMinutes"?, "maxDefinitions"?, "historyLimit"?}}}
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ JOB_SETTINGS = {
     "allowCpu": "allow_cpu",
     "ttlSecondsAfterFinished": "ttl_seconds_after_finished",
     "activeDeadlineSeconds": "active_deadline_seconds",
+}
+
+
+# The document's jobs.schedules settings -> c.NotebookJobDefinitions traits (hub/jobdefs.py).
+SCHEDULE_SETTINGS = {
+    "minIntervalMinutes": "min_interval_minutes",
+    "maxDefinitions": "max_definitions",
+    "historyLimit": "history_limit",
 }
 
 
@@ -221,6 +230,13 @@ def apply(c: Any, settings: Obj, culler_env: dict[str, str] | None = None) -> No
     for key, trait in JOB_SETTINGS.items():
         if key in jobs:
             setattr(c.NotebookJobs, trait, jobs[key])
+    # Schedules (hub/jobdefs.py): off unless the document enables them too (the chart's
+    # jobs.schedules.enabled, which gives the hub its rights for CronJobs).
+    schedules = jobs.get("schedules", {})
+    c.NotebookJobDefinitions.enabled = bool(jobs.get("enabled", False) and schedules.get("enabled", False))
+    for key, trait in SCHEDULE_SETTINGS.items():
+        if key in schedules:
+            setattr(c.NotebookJobDefinitions, trait, schedules[key])
     configure_hub(c)
     culler = settings.get("culler", {})
     if culler.get("enabled"):

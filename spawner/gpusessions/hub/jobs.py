@@ -188,13 +188,16 @@ async def user_sizes(spawner: Any, cfg: NotebookJobs) -> list[tuple[str, Obj | N
     return out
 
 
-async def delete_user_jobs(namespace: str, user_name: str, log: Any) -> int:
+async def delete_user_jobs(namespace: str, user_name: str, log: Any, definitions: bool = True) -> int:
     """Delete every notebook job of a user (the user is being deleted): Jobs, and with them
-    their pods, claims and claim templates. Returns how many Jobs were deleted."""
+    their pods, claims and claim templates; first their job definitions (`definitions`: where
+    schedules are on; with them off the hub may have no rights on CronJobs). Returns how many
+    Jobs were deleted."""
     from gpusessions.hub.jobdefs import delete_user_definitions
     from gpusessions.kube.jobs import JobsAPI
 
-    await delete_user_definitions(namespace, user_name, log)  # first: no new runs start
+    if definitions:
+        await delete_user_definitions(namespace, user_name, log)  # first: no new runs start
     api = JobsAPI()
     n = 0
     try:

@@ -852,7 +852,10 @@ class GPUSessionSpawner(KubeSpawner):
                 from gpusessions.hub.jobs import NotebookJobs, delete_user_jobs
 
                 if NotebookJobs(config=self.config).enabled:
-                    await delete_user_jobs(self.namespace, self.user.name, self.log)
+                    from gpusessions.hub.jobdefs import NotebookJobDefinitions
+
+                    definitions = NotebookJobDefinitions(config=self.config).enabled
+                    await delete_user_jobs(self.namespace, self.user.name, self.log, definitions)
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
