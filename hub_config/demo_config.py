@@ -98,6 +98,6 @@ SETTINGS = {
     },
     # Notebook jobs: "Create Notebook Job" in JupyterLab runs a notebook in the team's queue
     # (docs/jobs.md).
-    "jobs": {"enabled": True},
+    "jobs": {"enabled": True, "schedules": {"enabled": True}},
 }
 hubsetup.apply(c, SETTINGS)

@@ -145,6 +145,8 @@ def test_the_demo_config_offers_the_default_profiles() -> None:
         assert go.get("gpu_device_class") == wo.get("gpu_device_class")
         assert go.get("gpu_size") == wo.get("gpu_size")
     assert c.JupyterHub.spawner_class == "gpusessions"
+    # Notebook jobs and their schedules are on in the demo.
+    assert (c.NotebookJobs.enabled, c.NotebookJobDefinitions.enabled) == (True, True)
     (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpusessions"]
     assert svc["command"][1:3] == ["-m", "gpusessions.culler"]
 
