@@ -33,7 +33,7 @@ settle (at most `--settle` seconds), it checks:
 Device check 4 covers every claim of the cluster: sessions' and jobs'. At the end every
 user with a job is deleted, and nothing of any job may be left.
 
-The sequence of operations is reproducible from the seed (their timing is the machine's).
+The sequence of operations is reproducible from the seed (`plan`; their timing is the machine's).
 """
 
 from __future__ import annotations
@@ -549,28 +549,26 @@ class Fuzz:
             raise Violation("; ".join(last)) from None
 
     # -- the run ---------------------------------------------------------------------
-    def step(self, i: int) -> None:
-        names = [n for n, _ in OPS]
-        name = self.rng.choices(names, weights=[w for _, w in OPS])[0]
-        user = self.rng.choice(self.users)
+    def step(self, i: int, name: str, user: str) -> None:
         t0 = time.monotonic()
         result = getattr(self, f"op_{name}")(user)
         self.log.append(f"{i:4d} {name:13s} {user:8s} {result} ({time.monotonic() - t0:.1f}s)")
         print(self.log[-1], flush=True)
         self.check()
 
-    def run(self, ops: int) -> None:
+    def run(self, steps: list[tuple[str, str]]) -> None:
         for _ in make_queues(self.api, self.queues()):
-            self._run(ops)
+            self._run(steps)
 
-    def _run(self, ops: int) -> None:
+    def _run(self, steps: list[tuple[str, str]]) -> None:
+        ops = len(steps)
         self.culler_port = free_port()
         self.start_hub()
         try:
             for i in range(ops + 1):
                 try:
                     if i < ops:
-                        self.step(i)
+                        self.step(i, *steps[i])
                     else:
                         self.finish(i)
                 except Violation as v:
@@ -642,9 +640,18 @@ def _devices(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(r["driver"], r["pool"], r["device"]) for r in (alloc.get("devices") or {}).get("results") or []]
 
 
+def plan(seed: int, ops: int, users: int) -> list[tuple[str, str]]:
+    """The operations and their users, from the seed alone (what the operations draw inside,
+    a profile or a size, comes from a second generator of the same seed): a seed's sequence
+    does not depend on what the cluster did."""
+    rng = random.Random(f"plan-{seed}")
+    names, weights = [n for n, _ in OPS], [w for _, w in OPS]
+    return [(rng.choices(names, weights=weights)[0], f"u{rng.randrange(users)}") for _ in range(ops)]
+
+
 def run(api: KubeAPI, namespace: str, workdir: Path, seed: int, ops: int, users: int) -> list[str]:
     fz = Fuzz(api, namespace, workdir, random.Random(seed), [f"u{i}" for i in range(users)])
-    fz.run(ops)
+    fz.run(plan(seed, ops, users))
     return fz.log
 
 
