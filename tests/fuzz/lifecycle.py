@@ -386,9 +386,8 @@ class Fuzz:
                 lambda: (self.job_view(*path) or {}).get("state") == "running", 45, "the job to run"
             )
         except waits.WaitTimeout:
-            return (
-                f"{borrower}'s {job['id']} did not get the GPU ({(self.job_view(*path) or {}).get('state')})"
-            )
+            j = self.job_view(*path) or {}
+            return f"{borrower}'s {job['id']} did not get the GPU: {j.get('state')}: {j.get('message')}"
         m = self.server_model(owner, "")
         if m and (m.get("ready") or m.get("pending")):
             self.op_stop(owner)
