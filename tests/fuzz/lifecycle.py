@@ -106,6 +106,9 @@ from gpusessions.culler.hubconfig import configure_culler
 configure_culler(c, admins=["admin"], port={{port}}, args=["--interval", "{CULLER_INTERVAL:g}",
     "--stopped-keep", "{STOPPED_KEEP:g}", "--idle-limit", "100000", "--warn-before", "5",
     "--orphan-grace", "10"])
+# The hub exits when its managed culler does not answer within the service's timeout (30 s by
+# default): on a loaded machine its start took 48 s. Not what this fuzzer is about.
+c.JupyterHub.services = [dict(s, timeout=120) for s in c.JupyterHub.services]
 c.GPUSessionSpawner.kai_queue = lambda spawner: (
     {{owner_queue!r}} if spawner.user.name in {{owners!r}} else {{borrow_queue!r}})
 c.NotebookJobs.requeue_limit = {REQUEUE_LIMIT}
@@ -187,7 +190,7 @@ class Fuzz:
         )
 
     def start_hub(self) -> None:
-        self.hub = start_hub(self.config(), self.workdir, ports=self.ports, timeout=90)
+        self.hub = start_hub(self.config(), self.workdir, ports=self.ports, timeout=180)
         self.ports = self.hub.ports
 
     def h(self) -> Hub:
