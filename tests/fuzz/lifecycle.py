@@ -1,4 +1,4 @@
-"""Lifecycle fuzzer: seeded random sessions on the local cluster, invariants after every step.
+"""Lifecycle fuzzer: seeded random sessions and notebook jobs on the local cluster, invariants each step.
 
     make fuzz SEED=<n> OPS=<n>          (or: .venv/bin/python -m tests.fuzz.lifecycle --seed 1 --ops 500)
 
