@@ -51,6 +51,24 @@ class PKI:
         return self.dir / "admin.key"
 
     @property
+    def kubelet_client_crt(self) -> Path:
+        """The apiserver's client certificate towards kubelets (pods/log, exec, ...)."""
+        return self.dir / "apiserver-kubelet-client.crt"
+
+    @property
+    def kubelet_client_key(self) -> Path:
+        return self.dir / "apiserver-kubelet-client.key"
+
+    @property
+    def kubelet_crt(self) -> Path:
+        """The simulated nodes' kubelet serving certificate (their addresses), made by the runtime."""
+        return self.dir / "kubelet.crt"
+
+    @property
+    def kubelet_key(self) -> Path:
+        return self.dir / "kubelet.key"
+
+    @property
     def sa_key(self) -> Path:
         return self.dir / "sa.key"
 
@@ -142,6 +160,15 @@ def ensure_pki(directory: Path) -> PKI:
         _write_cert(cert, pki.server_crt)
     if not (pki.admin_crt.exists() and pki.admin_key.exists()):
         issue_client_cert(pki, "devcluster-admin", ("system:masters",), pki.admin_crt, pki.admin_key)
+    if not (pki.kubelet_client_crt.exists() and pki.kubelet_client_key.exists()):
+        # As kubeadm's apiserver-kubelet-client: the kubelets authorize it (system:masters).
+        issue_client_cert(
+            pki,
+            "kube-apiserver-kubelet-client",
+            ("system:masters",),
+            pki.kubelet_client_crt,
+            pki.kubelet_client_key,
+        )
     if not (pki.sa_key.exists() and pki.sa_pub.exists()):
         key = _new_key()
         _write_key(key, pki.sa_key)
@@ -192,5 +219,16 @@ def issue_client_cert(pki: PKI, user: str, groups: tuple[str, ...], crt_path: Pa
     key = _new_key()
     cert = _sign(_name(user, groups), key.public_key(), ca, client=True)
     crt_path.parent.mkdir(parents=True, exist_ok=True)
+    _write_key(key, key_path)
+    _write_cert(cert, crt_path)
+
+
+def issue_serving_cert(
+    pki: PKI, name: str, names: tuple[str, ...], ips: tuple[str, ...], crt_path: Path, key_path: Path
+) -> None:
+    """A serving certificate for `names` and `ips`, signed by the cluster CA (the kubelets')."""
+    ca = _load_ca(pki)
+    key = _new_key()
+    cert = _sign(_name(name), key.public_key(), ca, server_names=names, server_ips=ips)
     _write_key(key, key_path)
     _write_cert(cert, crt_path)

@@ -188,7 +188,7 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
         if not procs.port_free(port):
             raise ClusterError(
                 f"port {port} (for {name}) on 127.0.0.1 is in use by another program; "
-                f"stop it or choose other ports with DEVCLUSTER_PORT_BASE=<n> (uses n..n+13)"
+                f"stop it or choose other ports with DEVCLUSTER_PORT_BASE=<n> (uses n..n+14)"
             )
     paths.logs.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(paths.etcd_data, ignore_errors=True)
@@ -241,7 +241,7 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
             _wait(name, pids[name], kai_ready(kai_ports, name), paths.log(name), timeout)
         say(f"KAI Scheduler ready ({time.monotonic() - t0:.1f}s)")
         log = paths.log("runtime")
-        cmd = components.runtime_cmd(shape.name, paths)
+        cmd = components.runtime_cmd(shape.name, paths, ports.kubelet)
         pids["runtime"] = procs.spawn(cmd, log, paths.root, env=_python_env(paths))
         _wait(
             "runtime (simulated nodes)", pids["runtime"], lambda: _nodes_published(api, shape), log, timeout

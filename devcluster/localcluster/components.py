@@ -28,6 +28,9 @@ CONTROLLERS = (
 )
 
 
+KUBELET_OFFSET = 14  # after KAI's ports (base+5 to base+13)
+
+
 @dataclass(frozen=True)
 class Ports:
     apiserver: int
@@ -35,10 +38,12 @@ class Ports:
     etcd_peer: int
     scheduler: int
     controller_manager: int
+    # Every simulated node's kubelet API, on the node's own 127.x address (pods/log).
+    kubelet: int
 
     @classmethod
     def from_base(cls, base: int) -> Ports:
-        return cls(base, base + 1, base + 2, base + 3, base + 4)
+        return cls(base, base + 1, base + 2, base + 3, base + 4, base + KUBELET_OFFSET)
 
     def named(self) -> dict[str, int]:
         return {
@@ -47,6 +52,7 @@ class Ports:
             "etcd (peer)": self.etcd_peer,
             "kube-scheduler": self.scheduler,
             "kube-controller-manager": self.controller_manager,
+            "kubelets": self.kubelet,
         }
 
 
@@ -82,6 +88,13 @@ def apiserver_cmd(paths: ClusterPaths, pki: PKI, ports: Ports) -> list[str]:
         # The not-ready taint is removed by the node lifecycle controller,
         # which the devcluster does not run: never add it.
         "--disable-admission-plugins=TaintNodesByCondition",
+        # pods/log (kubectl logs) goes to the node's kubelet (the runtime's kubelet server) at
+        # its InternalIP (127.x; a node's Hostname resolves nowhere), which must present a
+        # certificate of the cluster CA; the apiserver presents its kubelet client certificate.
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-certificate-authority={pki.ca_crt}",
+        f"--kubelet-client-certificate={pki.kubelet_client_crt}",
+        f"--kubelet-client-key={pki.kubelet_client_key}",
         f"--feature-gates={FEATURE_GATES}",
         "--profiling=false",
         "--max-requests-inflight=1000",
@@ -175,8 +188,8 @@ def supervised(name: str, cmd: list[str]) -> list[str]:
     return [sys.executable, "-m", "localcluster.supervise", "--name", name, "--", *cmd]
 
 
-def runtime_cmd(shape: str, paths: ClusterPaths) -> list[str]:
-    """The process runtime (simulated nodes and their pods)."""
+def runtime_cmd(shape: str, paths: ClusterPaths, kubelet_port: int) -> list[str]:
+    """The process runtime (simulated nodes and their pods, and their kubelet API)."""
     return [
         sys.executable,
         "-m",
@@ -185,4 +198,6 @@ def runtime_cmd(shape: str, paths: ClusterPaths) -> list[str]:
         shape,
         "--kubeconfig",
         str(paths.kubeconfig),
+        "--kubelet-port",
+        str(kubelet_port),
     ]

@@ -32,7 +32,7 @@ def _state(paths: ClusterPaths) -> lc.State:
 
 
 def _command(name: str, paths: ClusterPaths, state: lc.State) -> list[str]:
-    ports, pki = Ports(**state.ports), PKI(paths.pki)
+    ports, pki = Ports.from_base(state.ports["apiserver"]), PKI(paths.pki)
     if name == "etcd":
         return components.etcd_cmd(paths, ports)
     if name == "kube-apiserver":
@@ -42,7 +42,7 @@ def _command(name: str, paths: ClusterPaths, state: lc.State) -> list[str]:
     if name == "kube-scheduler":
         return components.scheduler_cmd(paths, ports)
     if name == "runtime":
-        return components.runtime_cmd(state.shape, paths)
+        return components.runtime_cmd(state.shape, paths, ports.kubelet)
     if name in kai.COMPONENTS:
         return kai.commands(paths, kai.KaiPorts.from_base(ports.apiserver))[name]
     raise ValueError(f"unknown component {name!r}; one of {', '.join(COMPONENTS)}")
@@ -65,7 +65,7 @@ def start(name: str, paths: ClusterPaths | None = None, timeout: float = 60) -> 
         pid = lc.spawn_component(name, cmd, paths)
     state.pids[name] = pid
     state.save(paths.state)
-    ports = Ports(**state.ports)
+    ports = Ports.from_base(state.ports["apiserver"])
     checks = {
         "etcd": lambda: lc._http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"),
         "kube-apiserver": lambda: lc._http_ok(state.server + "/readyz", lc._admin_ctx(PKI(paths.pki))),

@@ -157,6 +157,24 @@ class KubeAPI:
                 return None
             raise
 
+    def pod_log(self, name: str, namespace: str, **query: Any) -> str:
+        """`kubectl logs`: GET pods/<name>/log (container, tailLines, previous, limitBytes, ...),
+        which the apiserver asks of the pod's node's kubelet; the text as it comes."""
+        url = self.creds.server + resource_path("Pod", namespace, name) + "/log"
+        if query:
+            url += "?" + urlencode(
+                {k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()}
+            )
+        resp = self._pool.request("GET", url, retries=False)
+        text = resp.data.decode(errors="replace")
+        if resp.status >= 400:
+            try:
+                p = json.loads(text)
+            except ValueError:
+                p = {"message": text}
+            raise ApiError(resp.status, str(p.get("reason", "")), str(p.get("message", text)), p)
+        return text
+
     def list(
         self,
         kind: str,

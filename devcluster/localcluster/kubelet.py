@@ -8,7 +8,9 @@ the command as given for `localcluster/exec`), gives a container the devices
 of the claims it lists the way the driver's CDI spec does (NVIDIA_VISIBLE_DEVICES=void,
 a fake NVML that sees only those devices), reports the pod Running
 and Ready, applies the restart policy when a process exits, and finishes pod
-deletion. One worker thread owns all state; a watch thread feeds it events.
+deletion. One worker thread owns all state; a watch thread feeds it events. The nodes'
+kubelet API (`kubeletserver`: container logs for `kubectl logs`) listens on each node's
+address and reads where each container's output is (`log_refs`, written here).
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from . import podspec
+from .certs import PKI, issue_serving_cert
 from .fakedriver import CDI_DEVICES_ENV, FakeDriver
 from .fakeserve import FakeServers
 from .kubeapi import ApiError, KubeAPI, Obj
+from .kubeletserver import KubeletServer, LogRef, subject_access_review
 from .paths import ClusterPaths
 from .procs import OWNER_ENV
 from .shapes import NODE_LABEL, Shape, build_node, build_node_status
@@ -144,8 +148,12 @@ class IPAllocator:
 
 
 class Runtime:
-    def __init__(self, api: KubeAPI, shape: Shape, paths: ClusterPaths):
+    def __init__(self, api: KubeAPI, shape: Shape, paths: ClusterPaths, kubelet_port: int = 0):
         self.api = api
+        self.kubelet_port = kubelet_port
+        # (namespace, pod, container) -> where its output is; read by the kubelet server's threads.
+        self.log_refs: dict[tuple[str, str, str], LogRef] = {}
+        self._kubelet_server: KubeletServer | None = None
         self.shape = shape
         self.paths = paths
         self.nodes = {n.name: n for n in shape.nodes}
@@ -186,7 +194,9 @@ class Runtime:
             if self.api.get_or_none("Node", node.name) is None:
                 with contextlib.suppress(ApiError):
                     self.api.create(build_node(node))
-            self.api.patch("Node", node.name, build_node_status(node, ts), subresource="status")
+            self.api.patch(
+                "Node", node.name, build_node_status(node, ts, self.kubelet_port), subresource="status"
+            )
         self.driver.publish()
         # Nodes of an earlier shape that this one lacks.
         for n in self.api.list("Node", label_selector=f"{NODE_LABEL}=true")["items"]:
@@ -227,7 +237,34 @@ class Runtime:
             except Exception as e:
                 log.warning("republishing nodes and slices failed: %s", e)
 
+    def serve_kubelet_api(self) -> None:
+        """Each node's kubelet API on its address: a serving certificate of the cluster CA for
+        all the nodes' addresses, client certificates of that CA required."""
+        if not self.kubelet_port:
+            return
+        pki = PKI(self.paths.pki)
+        ips = {n.ip: n.name for n in self.shape.nodes}
+        issue_serving_cert(
+            pki, "devcluster-kubelet", tuple(ips.values()), tuple(ips), pki.kubelet_crt, pki.kubelet_key
+        )
+        self._kubelet_server = KubeletServer(
+            ips,
+            self.kubelet_port,
+            pki.kubelet_crt,
+            pki.kubelet_key,
+            pki.ca_crt,
+            self.log_refs,
+            self._log_file,
+            subject_access_review(self.api),
+        )
+        self._kubelet_server.start()
+        log.info("kubelet API on port %d of %d node address(es)", self.kubelet_port, len(ips))
+
+    def _log_file(self, namespace: str, pod: str, container: str) -> Path:
+        return self.paths.pod_logs / f"{namespace}_{pod}_{container}.log"
+
     def run(self) -> None:
+        self.serve_kubelet_api()
         self.publish()
         log.info("published %d node(s) of shape %s", len(self.nodes), self.shape.name)
         threading.Thread(target=self._watch_pods, daemon=True, name="watch").start()
@@ -251,6 +288,8 @@ class Runtime:
 
     def shutdown(self) -> None:
         log.info("stopping all pod processes")
+        if self._kubelet_server is not None:
+            self._kubelet_server.close()
         for r in self.pods.values():
             self._close_fakes(r)
         procs = [c.proc for r in self.pods.values() for c in r.containers.values() if c.proc]
@@ -299,6 +338,14 @@ class Runtime:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         c.proc.wait(timeout=5)
             self.ips.release(run.ip)
+            self._drop_logs(run)
+
+    def _drop_logs(self, run: PodRun) -> None:
+        for c in run.containers:
+            ref = self.log_refs.get((run.namespace, run.name, c))
+            if ref is not None and ref.uid == run.uid:
+                ref.running = False
+                del self.log_refs[(run.namespace, run.name, c)]
 
     def _begin_delete(self, pod: Obj, run: PodRun | None) -> None:
         md = pod["metadata"]
@@ -469,11 +516,20 @@ class Runtime:
                 run, cont, "StartError", f"executable not found: {argv[0] if argv else '(none)'}"
             )
             return
-        logf = self.paths.pod_logs / f"{run.namespace}_{run.name}_{cont.name}.log"
+        logf = self._log_file(run.namespace, run.name, cont.name)
         logf.parent.mkdir(parents=True, exist_ok=True)
+        key = (run.namespace, run.name, cont.name)
+        before = self.log_refs.get(key)
         with open(logf, "ab") as out:
+            ended = out.tell()
+            # kubeletserver.START_MARKER: the kubelet API serves what follows this line.
             out.write(f"==== {now_iso()} start (restart {cont.restart_count}): {' '.join(argv)}\n".encode())
             out.flush()
+            previous = (before.start, ended) if before is not None and before.uid == run.uid else None
+            if before is not None:
+                before.running = False
+            ref = LogRef(run.uid, logf, out.tell(), previous)
+            self.log_refs[key] = ref
             cont.proc = subprocess.Popen(
                 [exe, *argv[1:]],
                 env=full,
@@ -549,6 +605,9 @@ class Runtime:
             "finishedAt": now_iso(),
         }
         cont.proc = None
+        ref = self.log_refs.get((run.namespace, run.name, cont.name))
+        if ref is not None and ref.uid == run.uid:
+            ref.running = False
         policy = run.restart_policy
         if not run.deleting and (policy == "Always" or (policy == "OnFailure" and code != 0)):
             cont.last_terminated = term
@@ -608,6 +667,7 @@ class Runtime:
                         self._terminal(run.namespace, run.name, self._status(run))
                     self._finish_delete(run.namespace, run.name, run.uid)
                     self.ips.release(run.ip)
+                    self._drop_logs(run)
                     self.pods.pop(run.uid, None)
                 continue
             if changed:

@@ -24,12 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="devcluster process runtime (kubelet stand-in)")
     ap.add_argument("--shape", required=True)
     ap.add_argument("--kubeconfig", required=True, type=Path)
+    ap.add_argument(
+        "--kubelet-port", type=int, default=0, help="the nodes' kubelet API port on their addresses (0: none)"
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     paths = ClusterPaths.default()
     shape = load_shape(args.shape, SHAPES_DIR)
     api = KubeAPI.from_kubeconfig(args.kubeconfig)
-    Runtime(api, shape, paths).run()
+    Runtime(api, shape, paths, args.kubelet_port).run()
     return 0
 
 

@@ -257,7 +257,9 @@ def build_node(node: NodeSpec) -> Obj:
     }
 
 
-def build_node_status(node: NodeSpec, now: str) -> Obj:
+def build_node_status(node: NodeSpec, now: str, kubelet_port: int = 0) -> Obj:
+    """The Node's status as its kubelet reports it; `kubelet_port`: where its API listens on
+    the node's address (0: none; then the apiserver cannot read the node's pod logs)."""
     resources = {"cpu": node.cpu, "memory": node.memory, "pods": str(node.pods), "ephemeral-storage": "500Gi"}
 
     def cond(t: str, status: str, reason: str, msg: str) -> Obj:
@@ -296,7 +298,7 @@ def build_node_status(node: NodeSpec, now: str) -> Obj:
                 "operatingSystem": "linux",
                 "architecture": "amd64",
             },
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         }
     }
 

@@ -1,12 +1,21 @@
-"""Lifecycle fuzzer: seeded random sessions on the local cluster, invariants after every step.
+"""Lifecycle fuzzer: seeded random sessions and notebook jobs on the local cluster, invariants each step.
 
     make fuzz SEED=<n> OPS=<n>          (or: .venv/bin/python -m tests.fuzz.lifecycle --seed 1 --ops 500)
 
 A real JupyterHub with GPUSessionSpawner and the culler (short keep time), on the local
-cluster (shape small: few GPUs, so users compete and some wait in vain). Operations, drawn
+cluster (shape small: few GPUs, so users compete and some wait in vain), scheduled by the
+real KAI Scheduler: every user is in one of two team queues (notebook jobs need one, and
+sessions and jobs must share one scheduler's view of the devices), the first two users in
+the owning team (a GPU quota of 2 in KAI's units: one whole-GPU session), the others in a
+borrowing team (quota 0: whole-GPU sessions wait in vain, MIG slices cost no quota in KAI,
+jobs run as `train` on idle GPUs). Operations, drawn
 from the seed: start (a random profile, so also profile changes), stop, restart, release,
 delete a named server, delete a user, hub restart, kill a holder's process, kill a
-notebook's process (or the holder's kernel host). The culler runs its cycles beside them
+notebook's process (or the holder's kernel host); notebook jobs: submit (through the hub's
+job endpoint with the user's token: a random size, CPU only included, sometimes 2 workers,
+a run of 1 s to a minute), cancel (delete) one, delete the user mid-job, and preempt (a
+borrowing team's whole-GPU job runs, then an owner's non-preemptible whole-GPU session
+takes the GPU back: KAI evicts the job's pod). The culler runs its cycles beside them
 (every 2 s, releasing a stopped server's GPU after 20 s). After every step, once things
 settle (at most `--settle` seconds), it checks:
 
@@ -16,9 +25,15 @@ settle (at most `--settle` seconds), it checks:
 3. a running server with a GPU has an allocated claim and its notebook pod sits on the
    claim's node;
 4. no device is allocated to two claims;
-5. the hub and the cluster agree: a running server has its notebook pod, a stopped one has none.
+5. the hub and the cluster agree: a running server has its notebook pod, a stopped one has none;
+6. no job object (Job, pod, ResourceClaim, ResourceClaimTemplate) outlives its user;
+7. a preempted job is requeued, not failed, up to the requeue limit (1 here) and failed past
+   it, with the hub's words for both; no job fails otherwise (these notebooks do not raise).
 
-The sequence of operations is reproducible from the seed (their timing is the machine's).
+Device check 4 covers every claim of the cluster: sessions' and jobs'. At the end every
+user with a job is deleted, and nothing of any job may be left.
+
+The sequence of operations is reproducible from the seed (`plan`; their timing is the machine's).
 """
 
 from __future__ import annotations
@@ -31,6 +46,8 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,15 +59,46 @@ for p in (ROOT / "spawner", ROOT / "devcluster", ROOT):
         sys.path.insert(0, str(p))
 
 from tests.integration.hubtools import GPU_HUB_CONFIG, container_pid  # noqa: E402
+from tests.integration.kaitools import make_queues, queue  # noqa: E402
 
 from localcluster import waits  # noqa: E402
 from localcluster.hubproc import Hub, free_port, start_hub  # noqa: E402
 from localcluster.kubeapi import KubeAPI  # noqa: E402
+from localcluster.paths import ClusterPaths  # noqa: E402
 
 PROFILES = ["cpu", "mig-1g-10gb", "mig-1g-10gb", "mig-3g-40gb", "gpu"]
-GPU_PROFILES = {"mig-1g-10gb", "mig-3g-40gb", "gpu"}
+GPU_PROFILES = {"mig-1g-10gb", "mig-3g-40gb", "gpu", "gpu-reclaim"}
 STOPPED_KEEP = 20.0
 CULLER_INTERVAL = 2.0
+REQUEUE_LIMIT = 1
+OWNERS = 2  # u0, u1: the owning team; the other users borrow
+JOB_SIZES = ["cpu", "cpu", "mig-1g-10gb", "mig-3g-40gb", "gpu"]
+JOB_SECONDS = [1, 5, 20, 60]
+JOB_SELECTOR = "gpusessions.io/component=job"
+USER_LABEL = "hub.jupyter.org/username"
+DISRUPTION = "DisruptionTarget"
+# A notebook job: sleeps `seconds` (a papermill parameter), then says so.
+JOB_NOTEBOOK = {
+    "cells": [
+        {
+            "cell_type": "code",
+            "metadata": {"tags": ["parameters"]},
+            "source": "seconds = 1",
+            "outputs": [],
+            "execution_count": None,
+        },
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "source": "import time\ntime.sleep(seconds)\nprint('slept', seconds)",
+            "outputs": [],
+            "execution_count": None,
+        },
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
 FUZZ_CONFIG = f"""
 c.GPUSessionSpawner.gpu_allocation_timeout = 6
 c.KubeSpawner.start_timeout = 60
@@ -58,6 +106,23 @@ from gpusessions.culler.hubconfig import configure_culler
 configure_culler(c, admins=["admin"], port={{port}}, args=["--interval", "{CULLER_INTERVAL:g}",
     "--stopped-keep", "{STOPPED_KEEP:g}", "--idle-limit", "100000", "--warn-before", "5",
     "--orphan-grace", "10"])
+# The hub exits when its managed culler does not answer within the service's timeout (30 s by
+# default): on a loaded machine its start took 48 s. Not what this fuzzer is about.
+c.JupyterHub.services = [dict(s, timeout=120) for s in c.JupyterHub.services]
+c.GPUSessionSpawner.kai_queue = lambda spawner: (
+    {{owner_queue!r}} if spawner.user.name in {{owners!r}} else {{borrow_queue!r}})
+c.NotebookJobs.requeue_limit = {REQUEUE_LIMIT}
+
+
+def fuzz_profiles(spawner):
+    # The owner's session that takes the whole GPU back waits for KAI to evict the job.
+    return profiles(spawner) + [dict(
+        display_name="Whole GPU, taken back", slug="gpu-reclaim",
+        kubespawner_override=dict(gpu_device_class="gpu.nvidia.com", gpu_allocation_timeout=60),
+    )]
+
+
+c.KubeSpawner.profile_list = fuzz_profiles
 """
 Obj = dict[str, Any]
 OPS = [
@@ -72,6 +137,10 @@ OPS = [
     ("kill_holder", 5),
     ("kill_notebook", 5),
     ("wait", 4),
+    ("submit_job", 10),
+    ("cancel_job", 4),
+    ("delete_user_mid_job", 2),
+    ("preempt", 3),
 ]
 
 
@@ -91,13 +160,37 @@ class Fuzz:
     hub: Hub | None = None
     ports: tuple[int, int, int] | None = None
     stopped_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    homes: Path = field(default_factory=lambda: ClusterPaths.default().homes)
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        suffix = self.namespace.rsplit("-", 1)[-1]
+        self.dept, self.owner_queue, self.borrow_queue = (
+            f"fz{k}-{suffix}" for k in ("dept", "own", "borrow")
+        )
+        self.owners = self.users[:OWNERS]
+        self.borrowers = self.users[OWNERS:] or self.users
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Parent, owning team (room for one whole-GPU session: KAI charges its claim twice,
+        docs/queues.md), borrowing team (no quota, may borrow up to 2)."""
+        return [
+            queue(self.dept, 2, -1),
+            queue(self.owner_queue, 2, 2, parent=self.dept),
+            queue(self.borrow_queue, 0, 2, parent=self.dept),
+        ]
 
     # -- hub -------------------------------------------------------------------------
     def config(self) -> str:
-        return GPU_HUB_CONFIG.format(namespace=self.namespace) + FUZZ_CONFIG.format(port=self.culler_port)
+        return GPU_HUB_CONFIG.format(namespace=self.namespace) + FUZZ_CONFIG.format(
+            port=self.culler_port,
+            owners=sorted(self.owners),
+            owner_queue=self.owner_queue,
+            borrow_queue=self.borrow_queue,
+        )
 
     def start_hub(self) -> None:
-        self.hub = start_hub(self.config(), self.workdir, ports=self.ports, timeout=90)
+        self.hub = start_hub(self.config(), self.workdir, ports=self.ports, timeout=180)
         self.ports = self.hub.ports
 
     def h(self) -> Hub:
@@ -191,6 +284,7 @@ class Fuzz:
             if m and (m.get("ready") or m.get("pending")):
                 self.op_stop(user, server)
         code, _ = self.h().api("DELETE", f"/users/{user}")
+        self.tokens.pop(user, None)
         self.stopped_at.pop((user, ""), None)
         self.stopped_at.pop((user, "exp"), None)
         return str(code)
@@ -220,6 +314,98 @@ class Fuzz:
     def op_wait(self, user: str) -> str:
         time.sleep(self.rng.uniform(1, STOPPED_KEEP + 5))
         return "waited"
+
+    # -- notebook jobs -----------------------------------------------------------------
+    def jobs_api(self, user: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """The hub's job endpoints with the user's own token (made, and the user, if needed)."""
+        for _ in range(2):
+            if user not in self.tokens:
+                self.h().api("POST", f"/users/{user}")
+                code, tok = self.h().api("POST", f"/users/{user}/tokens", {"note": "fuzz"})
+                if code != 201:
+                    return code, tok
+                self.tokens[user] = tok["token"]
+            code, out = _call(self.h(), self.tokens[user], method, f"/gpusessions/users/{user}{path}", body)
+            if code not in (401, 403) or "queue" in str(out):
+                return code, out
+            self.tokens.pop(user, None)  # the user was deleted and made again since
+        return code, out
+
+    def submit(self, user: str, size: str, workers: int, seconds: int) -> tuple[int, Any]:
+        home = self.homes / self.namespace / user
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "fuzz.ipynb").write_text(json.dumps(JOB_NOTEBOOK))
+        body = {"name": "fuzz", "input": "fuzz.ipynb", "size": size, "parameters": {"seconds": seconds}}
+        if workers > 1:
+            body["workers"] = workers
+        return self.jobs_api(user, "POST", "/jobs", body)
+
+    def job_view(self, user: str, job_id: str) -> dict[str, Any] | None:
+        code, j = self.jobs_api(user, "GET", f"/jobs/{job_id}")
+        return j if code == 200 else None
+
+    def op_submit_job(self, user: str) -> str:
+        size = self.rng.choice(JOB_SIZES)
+        workers = 2 if self.rng.random() < 0.2 else 1
+        seconds = self.rng.choice(JOB_SECONDS)
+        code, body = self.submit(user, size, workers, seconds)
+        what = body.get("id") if code == 201 else str((body or {}).get("message", body))[:70]
+        return f"{size} x{workers} {seconds}s: {code} {what}"
+
+    def op_cancel_job(self, user: str) -> str:
+        code, body = self.jobs_api(user, "GET", "/jobs")
+        jobs = sorted(j["id"] for j in (body or {}).get("jobs") or []) if code == 200 else []
+        if not jobs:
+            return f"no job ({code})"
+        job_id = self.rng.choice(jobs)
+        view = self.job_view(user, job_id) or {}
+        code, _ = self.jobs_api(user, "DELETE", f"/jobs/{job_id}")
+        return f"{job_id} ({view.get('state')}): {code}"
+
+    def op_delete_user_mid_job(self, user: str) -> str:
+        code, job = self.submit(user, self.rng.choice(["cpu", "mig-1g-10gb"]), 1, 60)
+        if code != 201:
+            return f"submit {code}: {str((job or {}).get('message', job))[:60]}; " + self.op_delete_user(user)
+        try:
+            waits.wait_for(
+                lambda: (self.job_view(user, job["id"]) or {}).get("state") == "running", 30, "the job to run"
+            )
+            state = "running"
+        except waits.WaitTimeout:
+            state = (self.job_view(user, job["id"]) or {}).get("state")
+        return f"{job['id']} {state}; delete user: " + self.op_delete_user(user)
+
+    def op_preempt(self, user: str) -> str:
+        """A borrower's whole-GPU job runs on the idle GPU; an owner's in-quota, non-preemptible
+        whole-GPU session takes it back (KAI evicts the job's pod; the job is requeued)."""
+        borrower = user if user in self.borrowers else self.rng.choice(self.borrowers)
+        owner = self.rng.choice(self.owners)
+        code, job = self.submit(borrower, "gpu", 1, 60)
+        if code != 201:
+            return f"{borrower}'s job: {code} {str((job or {}).get('message', job))[:60]}"
+        path = (borrower, job["id"])
+        try:
+            waits.wait_for(
+                lambda: (self.job_view(*path) or {}).get("state") == "running", 45, "the job to run"
+            )
+        except waits.WaitTimeout:
+            j = self.job_view(*path) or {}
+            return f"{borrower}'s {job['id']} did not get the GPU: {j.get('state')}: {j.get('message')}"
+        m = self.server_model(owner, "")
+        if m and (m.get("ready") or m.get("pending")):
+            self.op_stop(owner)
+        self.h().api("POST", f"/users/{owner}")
+        code, _ = self.h().api("POST", self.path(owner, ""), {"user_options": {"profile": "gpu-reclaim"}})
+        state = self.settle_server(owner, "")
+        if state == "ready":
+            self.stopped_at.pop((owner, ""), None)
+        else:
+            self.stopped_at[(owner, "")] = time.time()
+        j = self.job_view(*path) or {}
+        return (
+            f"{borrower}'s {job['id']} ran; {owner} gpu-reclaim: {code} -> {state}; "
+            f"job {j.get('state')} requeues {j.get('requeues')}"
+        )
 
     # -- invariants ------------------------------------------------------------------
     def violations(self) -> list[str]:
@@ -269,9 +455,66 @@ class Fuzz:
                     out += self._running(user, server, m, pod, by_owner.get((user, server)))
                 elif not m.get("pending") and pod is not None:
                     out.append(f"{user}/{server} is stopped but its notebook pod {pod_name} is there")
-        # 4. devices
+        # 4. devices, of every claim: sessions' and jobs'
         devs = Counter(d for c in self.api.list("ResourceClaim")["items"] for d in _devices(c))
         out += [f"device {d} allocated {n} times" for d, n in devs.items() if n > 1]
+        return out + self.job_violations(set(hub))
+
+    def job_objects(self) -> dict[str, list[dict[str, Any]]]:
+        ns = self.namespace
+        return {
+            kind: self.api.list(kind, ns, label_selector=JOB_SELECTOR)["items"]
+            for kind in ("Job", "Pod", "ResourceClaim", "ResourceClaimTemplate")
+        }
+
+    def job_violations(self, users: set[str]) -> list[str]:
+        objs = self.job_objects()
+        out: list[str] = []
+        # 6. no job object outlives its user
+        for kind, items in objs.items():
+            for o in items:
+                owner = _labels(o).get(USER_LABEL, "")
+                if owner not in users:
+                    out.append(f"{kind} {o['metadata']['name']} of deleted user {owner!r} is still there")
+        # 7. preempted: requeued up to the limit, failed past it; no other failure
+        pods = [p for p in objs["Pod"] if not p["metadata"].get("deletionTimestamp")]
+        by_user: dict[str, list[str]] = {}
+        for job in objs["Job"]:
+            if job["metadata"].get("deletionTimestamp"):
+                continue
+            name, st = job["metadata"]["name"], job.get("status") or {}
+            failed, limit = int(st.get("failed") or 0), int(job["spec"].get("backoffLimit", 0))
+            cond = next(
+                (c for c in st.get("conditions") or [] if c["type"] == "Failed" and c["status"] == "True"),
+                None,
+            )
+            if cond is not None and (cond.get("reason") != "BackoffLimitExceeded" or failed <= limit):
+                out.append(
+                    f"Job {name} failed after {failed} preemption(s) (limit {limit}): "
+                    f"{cond.get('reason')}: {cond.get('message')}"
+                )
+            out += [
+                f"pod {p['metadata']['name']} of Job {name} failed, not preempted"
+                for p in pods
+                if p["metadata"]["name"].startswith(name + "-")
+                and (p.get("status") or {}).get("phase") == "Failed"
+                and not any(c["type"] == DISRUPTION for c in p["status"].get("conditions") or [])
+            ]
+            if failed:
+                by_user.setdefault(_labels(job).get(USER_LABEL, ""), []).append(name.removeprefix("nbjob-"))
+        # ... and the hub says so to the user
+        for user, ids in by_user.items():
+            if user not in users:
+                continue
+            for job_id in ids:
+                j = self.job_view(user, job_id)
+                if j is None:
+                    continue
+                n, state, msg = j.get("requeues", 0), j.get("state"), j.get("message", "")
+                if state in ("queued", "running") and not (n <= REQUEUE_LIMIT and "requeued" in msg):
+                    out.append(f"job {job_id} ({state}, {n} requeue(s)) is not shown requeued: {msg}")
+                if state == "failed" and not (n > REQUEUE_LIMIT and "more than the requeue limit" in msg):
+                    out.append(f"job {job_id} failed after {n} requeue(s): {msg}")
         return out
 
     def _running(
@@ -308,23 +551,28 @@ class Fuzz:
             raise Violation("; ".join(last)) from None
 
     # -- the run ---------------------------------------------------------------------
-    def step(self, i: int) -> None:
-        names = [n for n, _ in OPS]
-        name = self.rng.choices(names, weights=[w for _, w in OPS])[0]
-        user = self.rng.choice(self.users)
+    def step(self, i: int, name: str, user: str) -> None:
         t0 = time.monotonic()
         result = getattr(self, f"op_{name}")(user)
         self.log.append(f"{i:4d} {name:13s} {user:8s} {result} ({time.monotonic() - t0:.1f}s)")
         print(self.log[-1], flush=True)
         self.check()
 
-    def run(self, ops: int) -> None:
+    def run(self, steps: list[tuple[str, str]]) -> None:
+        for _ in make_queues(self.api, self.queues()):
+            self._run(steps)
+
+    def _run(self, steps: list[tuple[str, str]]) -> None:
+        ops = len(steps)
         self.culler_port = free_port()
         self.start_hub()
         try:
-            for i in range(ops):
+            for i in range(ops + 1):
                 try:
-                    self.step(i)
+                    if i < ops:
+                        self.step(i, *steps[i])
+                    else:
+                        self.finish(i)
                 except Violation as v:
                     raise Violation(
                         f"step {i} ({self.log[-1] if self.log else '-'}): {v}\n"
@@ -333,6 +581,38 @@ class Fuzz:
         finally:
             if self.hub is not None:
                 self.hub.stop()
+            # Jobs left by a violation: gone before the queues (their pods go with the namespace).
+            self.api.delete_collection("Job", self.namespace, label_selector=JOB_SELECTOR)
+
+    def finish(self, i: int) -> None:
+        """The end: every user with a job is deleted, and nothing of any job may be left."""
+        users = sorted({_labels(j).get(USER_LABEL, "") for j in self.job_objects()["Job"]})
+        for user in users:
+            self.op_delete_user(user)
+        self.log.append(f"{i:4d} {'end':13s} {'-':8s} deleted the users with jobs: {users}")
+        print(self.log[-1], flush=True)
+        self.check()
+        left = {k: [o["metadata"]["name"] for o in v] for k, v in self.job_objects().items() if v}
+        if left:
+            raise Violation(f"job objects left after their users were deleted: {left}")
+
+
+def _call(hub: Hub, token: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    req = urllib.request.Request(
+        hub.hub_api + path,
+        data=json.dumps(body).encode() if body is not None else None,
+        method=method,
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw)
+        except ValueError:
+            return e.code, raw.decode(errors="replace")
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, str]:
@@ -362,9 +642,18 @@ def _devices(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(r["driver"], r["pool"], r["device"]) for r in (alloc.get("devices") or {}).get("results") or []]
 
 
+def plan(seed: int, ops: int, users: int) -> list[tuple[str, str]]:
+    """The operations and their users, from the seed alone (what the operations draw inside,
+    a profile or a size, comes from a second generator of the same seed): a seed's sequence
+    does not depend on what the cluster did."""
+    rng = random.Random(f"plan-{seed}")
+    names, weights = [n for n, _ in OPS], [w for _, w in OPS]
+    return [(rng.choices(names, weights=weights)[0], f"u{rng.randrange(users)}") for _ in range(ops)]
+
+
 def run(api: KubeAPI, namespace: str, workdir: Path, seed: int, ops: int, users: int) -> list[str]:
     fz = Fuzz(api, namespace, workdir, random.Random(seed), [f"u{i}" for i in range(users)])
-    fz.run(ops)
+    fz.run(plan(seed, ops, users))
     return fz.log
 
 

@@ -87,6 +87,33 @@ def test_a_profiles_overrides_and_default_choices_apply_over_the_spawners_settin
     assert called["gpu_count"] == 3, "a callable override is called with the spawner, as KubeSpawner does"
 
 
+def test_a_profile_starts_from_the_configured_settings_not_the_last_profile_applied() -> None:
+    """KubeSpawner applies a chosen profile's overrides to the spawner itself: a user whose
+    session runs a MIG slice has the slice's selectors on the spawner. Another profile (the
+    picker's, a job's size) must not inherit them (the lifecycle fuzzer found a whole-GPU job
+    whose claim asked a whole GPU for a MIG profile: "CEL runtime error: no such key: profile")."""
+    from traitlets import HasTraits
+    from traitlets.config import Config
+
+    from gpusessions.hub.spawner import GPUSessionSpawner
+
+    config = Config()
+    config.KubeSpawner.gpu_count_max = 4
+    config.GPUSessionSpawner.gpu_selectors = ["device.attributes['gpu.nvidia.com'].brand == 'x'"]
+    spawner = GPUSessionSpawner.__new__(GPUSessionSpawner)
+    HasTraits.__init__(spawner)  # its traits only: no hub, no cluster
+    spawner.config = config
+    mig = mig_profile("1g.10gb", "Small slice")
+    spawner.gpu_device_class = "mig.nvidia.com"  # what KubeSpawner's _apply_overrides leaves
+    spawner.gpu_selectors = ["device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"]
+    whole = {"slug": "gpu", "kubespawner_override": {"gpu_device_class": "gpu.nvidia.com"}}
+    settings = profile_settings(spawner, whole)
+    assert settings["gpu_device_class"] == "gpu.nvidia.com"
+    assert settings["gpu_selectors"] == ["device.attributes['gpu.nvidia.com'].brand == 'x'"]
+    assert settings["gpu_count_max"] == 4 and settings["gpu_count"] == 1
+    assert request_from(profile_settings(spawner, mig)).describe() == "MIG 1g.10gb"
+
+
 def test_the_picker_checks_a_profile_as_the_spawner_does() -> None:
     """A profile the spawner would refuse is shown as invalid, not counted as another size."""
     bad = {

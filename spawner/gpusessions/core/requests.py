@@ -88,8 +88,8 @@ def request_from(settings: Mapping[str, Any]) -> GPURequest:
 
 def profile_settings(spawner: Any, profile: Mapping[str, Any]) -> dict[str, Any]:
     """The GPU settings a profile gives: its `kubespawner_override` (and its options' default
-    choices') over the spawner's own settings; a callable value is called with the spawner,
-    as KubeSpawner does."""
+    choices') over the spawner's configured settings (`configured`); a callable value is
+    called with the spawner, as KubeSpawner does."""
     ov: dict[str, Any] = dict(profile.get("kubespawner_override") or {})
     for option in (profile.get("profile_options") or {}).values():
         choices = option.get("choices") or {}
@@ -101,6 +101,31 @@ def profile_settings(spawner: Any, profile: Mapping[str, Any]) -> dict[str, Any]
     for name in GPU_SETTINGS:
         if name not in ov and not hasattr(spawner, name):
             continue  # a stand-in spawner without it: the default
-        v = ov.get(name, getattr(spawner, name, None))
+        v = ov[name] if name in ov else configured(spawner, name)
         out[name] = v(spawner) if callable(v) else v
     return out
+
+
+_UNSET = object()
+
+
+def configured(spawner: Any, name: str) -> Any:
+    """A spawner setting as configured, not as the last profile applied left it: KubeSpawner
+    sets a chosen profile's overrides on the spawner itself (a user's running MIG session
+    leaves its `gpu_selectors` there), so another profile's settings must not start from
+    the live value. The config's value for the most specific class of the spawner that has
+    one (as traitlets resolves it), else the trait's default; a plain object's attribute."""
+    config = getattr(spawner, "config", None)
+    has_trait = getattr(spawner, "has_trait", None)
+    if config is None or not callable(has_trait) or not has_trait(name):
+        return getattr(spawner, name, None)
+    value: Any = _UNSET
+    for cls in reversed(type(spawner).__mro__):
+        section = config.get(cls.__name__, None)
+        if section is not None and name in section:
+            value = section[name]
+    default = spawner.trait_defaults(name)
+    if value is _UNSET:
+        return default
+    get_value = getattr(value, "get_value", None)  # a LazyConfigValue (c.X.y.append(...))
+    return get_value(default) if callable(get_value) else value
