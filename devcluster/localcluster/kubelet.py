@@ -257,7 +257,14 @@ class Runtime:
             self._log_file,
             subject_access_review(self.api),
         )
-        self._kubelet_server.start()
+        try:
+            self._kubelet_server.start()
+        except OSError as e:
+            # A huge shape (1,000 nodes: one socket each) may meet the open-files limit: pods
+            # still run; only their logs (pods/log, kubectl logs) are not served.
+            log.warning("kubelet API not served (pod logs unavailable): %s", e)
+            self._kubelet_server = None
+            return
         log.info("kubelet API on port %d of %d node address(es)", self.kubelet_port, len(ips))
 
     def _log_file(self, namespace: str, pod: str, container: str) -> Path:
