@@ -58,13 +58,14 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,7 @@ c.KubeSpawner.http_timeout = 120
 c.GPUSessionSpawner.gpu_allocation_timeout = 3600
 c.GPUSessionSpawner.persist_kernels = False
 c.GPUSessionSpawner.gpu_keep_extension = {keep_extension!r}
+c.GPUSessionSpawner.agent_interval = {agent_interval!r}
 c.KubeSpawner.profile_list = [{{
     "display_name": "Bench MIG slice", "slug": "bench-gpu", "default": True,
     "kubespawner_override": {{
@@ -147,15 +149,31 @@ class Limits:
     stopped_keep_contended: float = 300 / 3600  # (c) --stopped-keep-contended: our default, 5 min
     gpu_idle: float = 4.0  # (c) --gpu-idle-limit: our default, 4 h
     gpu_idle_contended: float = 0.5  # (c) --gpu-idle-limit-contended: our default, 30 min
+    keep_contended: float = 0.5  # (c) --keep-contended: our default, 30 min
     keep_extension: float = 4.0  # "Keep my GPU" holds the culler off this long: the spawner's default
 
 
-def hub_config(policy: str, namespace: str, selector: str, limits: Limits, scale: float) -> str:
+def base_policy(policy: str) -> str:
+    """none, hub-activity or gpusessions (a variant "gpusessions:NAME" is our culler)."""
+    return policy.split(":", 1)[0]
+
+
+def label(policy: str) -> str:
+    if ":" in policy:
+        return f"(c) {policy.split(':', 1)[1]}"
+    return LABEL[policy]
+
+
+def hub_config(
+    policy: str, namespace: str, selector: str, limits: Limits, scale: float, agent_interval: float = 0.0
+) -> str:
+    policy = base_policy(policy)
     cfg = HUB.format(
         namespace=namespace,
         selector=selector,
         keep=policy == "gpusessions",
         keep_extension=limits.keep_extension * scale,
+        agent_interval=agent_interval,
     )
     if policy == "hub-activity":
         timeout = max(1, round(limits.idle * scale))
@@ -177,11 +195,43 @@ def hub_config(policy: str, namespace: str, selector: str, limits: Limits, scale
             f"{limits.gpu_idle * scale:g}",
             "--gpu-idle-limit-contended",
             f"{limits.gpu_idle_contended * scale:g}",
+            "--keep-contended",
+            f"{limits.keep_contended * scale:g}",
             "--orphan-grace",
             "3",
         ]
         cfg += OUR_CULLER.format(port=free_port(), args=args)
     return cfg
+
+
+# --- the simulated NVML's load file, shared by concurrent replays --------------------------------
+class LoadFile:
+    """The simulated NVML's load file (per device UUID), written by several replays at once (in
+    this process and in others): each replay owns the UUIDs of its own slots and replaces only
+    their entries, under an exclusive lock, with an atomic rename."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock_path = path.with_suffix(".bench.lock")
+        self.mutex = threading.Lock()
+
+    def update(self, owned: set[str], load: dict[str, Any]) -> None:
+        import fcntl
+
+        with self.mutex, open(self.lock_path, "a") as lk:
+            fcntl.flock(lk, fcntl.LOCK_EX)
+            try:
+                try:
+                    cur = json.loads(self.path.read_text() or "{}")
+                except (OSError, ValueError):
+                    cur = {}
+                cur = {k: v for k, v in cur.items() if k not in owned}
+                cur.update(load)
+                tmp = self.path.with_suffix(f".bench.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(cur, sort_keys=True))
+                os.replace(tmp, self.path)
+            finally:
+                fcntl.flock(lk, fcntl.LOCK_UN)
 
 
 # --- the replay ------------------------------------------------------------------------------
@@ -207,14 +257,17 @@ class Replay:
         api: KubeAPI,
         namespace: str,
         uuids: dict[tuple[str, str], str],
-        load_file: Path,
+        load_file: LoadFile,
+        owned: set[str],
     ) -> None:
         self.policy, self.trace, self.span, self.scale = policy, trace, span, scale
         self.activity_every = activity_every
         self.hub, self.api, self.ns, self.uuids, self.load_file = hub, api, namespace, uuids, load_file
+        self.owned = owned  # the UUIDs of this replay's slots (its entries in the load file)
         self.users = sorted({s.user for s in trace})
         self.state = {u: UserState() for u in self.users}
         self.lock = threading.Lock()
+        self.load_lock = threading.Lock()
         self.done = threading.Event()
         self.servers: dict[str, dict[str, Any]] = {}
         self.starting: set[str] = set()  # users waiting for their server
@@ -342,18 +395,17 @@ class Replay:
 
     # -- the world: hub state, culls, the simulated NVML, accounting -----------------------
     def push_load(self) -> None:
-        with self.lock:
-            load = {
-                st.uuid: {"activity": 90, "processes": 1, "memory_used_mib": 4096}
-                for st in self.state.values()
-                if st.up and st.gpu and st.uuid
-            }
-        text = json.dumps(load, sort_keys=True)
-        if text != self._load:
-            tmp = self.load_file.with_suffix(".bench.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, self.load_file)
-            self._load = text
+        with self.load_lock:  # one writer at a time, so the file never goes back to an older state
+            with self.lock:
+                load = {
+                    st.uuid: {"activity": 90, "processes": 1, "memory_used_mib": 4096}
+                    for st in self.state.values()
+                    if st.up and st.gpu and st.uuid
+                }
+            text = json.dumps(load, sort_keys=True)
+            if text != self._load:
+                self.load_file.update(self.owned, load)
+                self._load = text
 
     def monitor(self) -> None:
         last = time.monotonic()
@@ -565,9 +617,29 @@ def ratio(x: float, y: float) -> float | None:
     return round(x / y, 3) if y else None
 
 
+def parse_variant(spec: str, base: Limits) -> tuple[str, Limits]:
+    """'NAME:field=hours,field=hours' -> (NAME, the limits with those fields changed)."""
+    name, _, rest = spec.partition(":")
+    if not re.fullmatch(r"[A-Za-z0-9-]{1,20}", name):
+        raise ValueError("the name must be 1-20 letters, digits or dashes")
+    known = {f for f in asdict(base)}
+    over: dict[str, float] = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if key not in known:
+            raise ValueError(f"unknown field {key!r}; known: {', '.join(sorted(known))}")
+        try:
+            over[key] = float(value)
+        except ValueError:
+            raise ValueError(f"{key}: not a number of hours: {value!r}") from None
+    return name, replace(base, **over)
+
+
 PROFILE_DEFAULTS = {  # the bench's shape per generated profile: slots and time scale
-    "workday": {"slots": 3, "scale": 20.0},
-    "notebook": {"slots": 7, "scale": 6.0},
+    # Less compressed than before issue 17's concurrent replays (20 and 6): a notebook's start of
+    # 15 s is 0.25 simulated hours here, not 0.75 or 2.5; the run takes one replay's time.
+    "workday": {"slots": 3, "scale": 60.0},
+    "notebook": {"slots": 7, "scale": 18.0},
 }
 
 
@@ -611,6 +683,37 @@ def main() -> int:
         default=Limits.gpu_idle_contended,
         help="(c) --gpu-idle-limit-contended in simulated hours (default: our default, 0.5 h; 0: off)",
     )
+    ap.add_argument(
+        "--keep-contended",
+        type=float,
+        default=Limits.keep_contended,
+        help="(c) --keep-contended in simulated hours (default: our default, 0.5 h; 0: a keep holds its 4 h)",
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        metavar="NAME:FIELD=HOURS,...",
+        help="one more (c) replay with other culler limits (fields of Limits, in simulated hours), "
+        "e.g. 'c10:gpu_idle_contended=0.1667,keep_contended=0.25'; repeatable",
+    )
+    ap.add_argument(
+        "--agent-interval",
+        type=float,
+        default=0.25,
+        help="real seconds between the holders' agent samples (GPUSessionSpawner.agent_interval; the "
+        "agent's own default is 2 s, which compressed time turns into many simulated minutes)",
+    )
+    ap.add_argument(
+        "--shape",
+        default="idle-bench",
+        help="the local cluster's shape (idle-bench: 8 GPUs of 7 1g.10gb slices, one per concurrent replay)",
+    )
+    ap.add_argument("--first-gpu", type=int, default=0, help="skip this many GPUs (two bench runs at once)")
+    ap.add_argument(
+        "--sequential",
+        action="store_true",
+        help="replay the policies one after the other on one GPU (before issue 17's concurrent replays)",
+    )
     ap.add_argument("--only-write", action="store_true", help="write the trace, replay nothing")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -632,79 +735,100 @@ def main() -> int:
     except ImportError:
         print("needs jupyterhub-idle-culler: .venv/bin/pip install jupyterhub-idle-culler", file=sys.stderr)
         return 2
-    limits = Limits(gpu_idle=args.gpu_idle_limit, gpu_idle_contended=args.gpu_idle_limit_contended)
+    limits = Limits(
+        gpu_idle=args.gpu_idle_limit,
+        gpu_idle_contended=args.gpu_idle_limit_contended,
+        keep_contended=args.keep_contended,
+    )
     policies = [p for p in args.policies.split(",") if p]
+    variants: dict[str, Limits] = {p: limits for p in policies}
+    for spec in args.variant or []:
+        try:
+            name, over = parse_variant(spec, limits)
+        except ValueError as e:
+            print(f"bench_idle: --variant {spec!r}: {e}", file=sys.stderr)
+            return 2
+        policies.append(f"gpusessions:{name}")
+        variants[policies[-1]] = over
 
     paths = ClusterPaths.default()
     started = not lc.healthy(paths)
-    lc.up("small", paths=paths)
+    lc.up(args.shape, paths=paths)
     api = KubeAPI.from_kubeconfig(paths.kubeconfig)
     slices = static_slices(api)
-    # Prefer the small slices (1g.10gb first) so that every policy sees the same devices.
-    ordered = sorted(slices, key=lambda s: (s[4], int(s[3].split("g")[0] or 0), s[1]))
-    counts: dict[str, int] = {}
-    for s in ordered:
-        counts[s[4]] = counts.get(s[4], 0) + 1
-    parents = [par for par, n in counts.items() if n >= args.slots]
-    chosen = [s for s in ordered if parents and s[4] == parents[0]][: args.slots]
-    if len(chosen) < args.slots:
-        raise SystemExit(f"--slots {args.slots}: this cluster has no GPU with that many static MIG slices")
+    # Per GPU (parent), its static slices, the small ones first (1g.10gb): each replay gets a GPU
+    # of its own with `--slots` slices, the same sizes for every policy.
+    by_parent: dict[str, list[tuple[str, str, str, str, str]]] = {}
+    for s in sorted(slices, key=lambda s: (s[4], int(s[3].split("g")[0] or 0), s[1])):
+        by_parent.setdefault(s[4], []).append(s)
+    parents = [par for par, ss in sorted(by_parent.items()) if len(ss) >= args.slots][args.first_gpu :]
+    groups = len(policies) if not args.sequential else 1
+    if len(parents) < groups:
+        raise SystemExit(
+            f"--slots {args.slots}: {len(policies)} concurrent replays need {groups} GPUs with that many "
+            f"static MIG slices, this cluster (shape {args.shape}) has {len(parents)} free for it "
+            "(use --shape idle-bench, or --sequential)"
+        )
+    chosen_by: dict[str, list[tuple[str, str, str, str, str]]] = {
+        policy: by_parent[parents[0 if args.sequential else i]][: args.slots]
+        for i, policy in enumerate(policies)
+    }
     uuids = {(pool, dev): uuid for pool, dev, uuid, _, _ in slices}
-    listed = ", ".join(repr(c[2]) for c in chosen)
-    # Dynamic MIG devices have no uuid attribute: test the parent first (&& skips the rest).
-    selector = (
-        f"device.attributes['gpu.nvidia.com'].parentUUID == {chosen[0][4]!r} && "
-        f"device.attributes['gpu.nvidia.com'].uuid in [{listed}]"
-    )
-    load_file = paths.root / "fake-nvml" / "load.json"
-    load_before = load_file.read_text() if load_file.exists() else "{}"
+    load = LoadFile(paths.root / "fake-nvml" / "load.json")
     work = Path(tempfile.mkdtemp(prefix="bench-idle-"))
     results: dict[str, Any] = {}
+    stamp = int(time.time())
+
+    def replay_one(policy: str) -> None:
+        chosen = chosen_by[policy]
+        listed = ", ".join(repr(c[2]) for c in chosen)
+        # Dynamic MIG devices have no uuid attribute: test the parent first (&& skips the rest).
+        selector = (
+            f"device.attributes['gpu.nvidia.com'].parentUUID == {chosen[0][4]!r} && "
+            f"device.attributes['gpu.nvidia.com'].uuid in [{listed}]"
+        )
+        owned = {c[2] for c in chosen}
+        ns = f"bench-idle-{policy.replace(':', '-').lower()}-{stamp}"[:63].rstrip("-")
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        load.update(owned, {})
+        print(f"{label(policy)}: replaying {len(trace)} sessions on {chosen[0][4]} ...", file=sys.stderr)
+        cfg = hub_config(policy, ns, selector, variants[policy], args.scale, args.agent_interval)
+        hub = start_hub(cfg, work / policy.replace(":", "-"))
+        try:
+            replay = Replay(policy, trace, span, activity_every, args.scale, hub, api, ns, uuids, load, owned)
+            results[policy] = replay.run()
+        finally:
+            stop_hub(hub)
+            with contextlib.suppress(Exception):
+                api.delete_collection("Pod", ns, grace_period=0)
+                api.delete("Namespace", ns)
+                wait_gone(api, ns)
+            load.update(owned, {})
+        print(f"  {label(policy)}: {results[policy]}", file=sys.stderr)
+
     try:
-        for policy in policies:
-            ns = f"bench-idle-{policy}-{int(time.time())}"
-            api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-            load_file.write_text("{}")
-            print(f"{LABEL[policy]}: replaying {len(trace)} sessions ...", file=sys.stderr)
-            hub = start_hub(hub_config(policy, ns, selector, limits, args.scale), work / policy)
-            try:
-                replay = Replay(
-                    policy, trace, span, activity_every, args.scale, hub, api, ns, uuids, load_file
-                )
-                results[policy] = replay.run()
-            finally:
-                stop_hub(hub)
-                with contextlib.suppress(Exception):
-                    api.delete_collection("Pod", ns, grace_period=0)
-                    api.delete("Namespace", ns)
-                    wait_gone(api, ns)
-            print(f"  {results[policy]}", file=sys.stderr)
+        if args.sequential:
+            for policy in policies:
+                replay_one(policy)
+        else:
+            # All policies at the same time, each with its own hub, namespace and GPU: the same
+            # machine load for every policy, and the whole run takes one replay's time.
+            threads = [threading.Thread(target=replay_one, args=(p,)) for p in policies]
+            for th in threads:
+                th.start()
+                time.sleep(2)  # the hubs' starts apart
+            for th in threads:
+                th.join()
     finally:
-        load_file.write_text(load_before)
         if started:
             lc.down(paths)
+    missing = [p for p in policies if p not in results]
+    if missing:
+        print(f"bench_idle: no result for {', '.join(missing)} (see above)", file=sys.stderr)
+        return 1
+    chosen = chosen_by[policies[0]]
 
-    cmd = "tests/bench/bench_idle.py " + " ".join(
-        f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}"
-        for k, v in (
-            ("trace", args.trace),
-            ("profile", None if args.trace else args.profile),
-            ("users", args.users),
-            ("hours", args.hours),
-            ("seed", args.seed),
-            ("slots", args.slots),
-            ("scale", args.scale),
-            ("gpu_idle_limit", args.gpu_idle_limit if args.gpu_idle_limit != Limits.gpu_idle else None),
-            (
-                "gpu_idle_limit_contended",
-                args.gpu_idle_limit_contended
-                if args.gpu_idle_limit_contended != Limits.gpu_idle_contended
-                else None,
-            ),
-            ("policies", args.policies if args.policies != ",".join(POLICIES) else None),
-        )
-        if v is not None
-    )
+    cmd = "tests/bench/bench_idle.py " + shlex.join(sys.argv[1:])
     summary = idletrace.trace_summary(trace, span)
     out: dict[str, Any] = {
         "command": cmd,
@@ -712,6 +836,10 @@ def main() -> int:
         **trace_info,
         "span_hours": span,
         "limits_hours": asdict(limits),
+        "variants_hours": {p: asdict(v) for p, v in variants.items() if v != limits},
+        "concurrent": not args.sequential,
+        "agent_interval_seconds": args.agent_interval,
+        "shape": args.shape,
         "slots": [f"{c[1]} ({c[3]})" for c in chosen],
         "scale_seconds_per_hour": args.scale,
         "trace": summary,
@@ -719,7 +847,9 @@ def main() -> int:
         "policies": results,
     }
     ratios: dict[str, dict[str, float | None]] = {}
-    for num, den in (("hub-activity", "none"), ("gpusessions", "none"), ("gpusessions", "hub-activity")):
+    pairs = [(p, "none") for p in results if p != "none"]
+    pairs += [(p, "hub-activity") for p in results if base_policy(p) == "gpusessions"]
+    for num, den in pairs:
         if num in results and den in results:
             a, b = results[num], results[den]
             ratios[f"{num}/{den}"] = {
@@ -735,7 +865,7 @@ def main() -> int:
     out["ratios"] = ratios
 
     print(f"\ntrace: {out['trace']}; slots: {', '.join(out['slots'])}")
-    print("\n| | " + " | ".join(LABEL[p] for p in results) + " |")
+    print("\n| | " + " | ".join(label(p) for p in results) + " |")
     print("|---|" + "---|" * len(results))
     rows = (
         ("gpu_hours_held_idle", "GPU-hours held idle"),
@@ -759,8 +889,8 @@ def main() -> int:
         ("warnings", "warnings shown"),
         ("keeps", "of which answered with Keep by a user at the notebook"),
     )
-    for key, label in rows:
-        print(f"| {label} | " + " | ".join(f"{r[key]:g}" for r in results.values()) + " |")
+    for key, name in rows:
+        print(f"| {name} | " + " | ".join(f"{r[key]:g}" for r in results.values()) + " |")
     if ratios:
         print(
             "\n| ratio | GPU-hours held idle | waiting for a GPU | waiting until ready "

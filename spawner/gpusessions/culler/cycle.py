@@ -26,6 +26,7 @@ from gpusessions.culler.model import (
     CULL_AT,
     CULL_REASON,
     KEEP_UNTIL,
+    KEPT_AT,
     STOPPED_SINCE,
     WARNED_AT,
     Session,
@@ -120,7 +121,7 @@ class Culler:
                     held = dt * max(1, len(s.devices))
                     self.idle_gpu_seconds[s.profile] = self.idle_gpu_seconds.get(s.profile, 0.0) + held
             self.history.observe(now, sessions, dt)
-        mark_contention(sessions, now)
+        mark_contention(sessions, now, self.policy)
         out = []
         for s in sessions:
             d = decide(s, now, self.policy)
@@ -181,6 +182,7 @@ class Culler:
             }
             if s.keep_until is not None:
                 warning[KEEP_UNTIL] = None
+                warning[KEPT_AT] = None
             await self.cluster.annotate(s.namespace, s.claim, warning)
         elif d.action == CULL:
             self.culls[d.rule or "idle"] += 1
@@ -255,7 +257,10 @@ class Culler:
 
     async def keep(self, namespace: str, claim: str, until: float) -> None:
         await self.cluster.annotate(
-            namespace, claim, {KEEP_UNTIL: str(until), WARNED_AT: None, CULL_AT: None, CULL_REASON: None}
+            namespace,
+            claim,
+            # An admin's keep is an exemption: no kept-at, so no contended limit on it.
+            {KEEP_UNTIL: str(until), KEPT_AT: None, WARNED_AT: None, CULL_AT: None, CULL_REASON: None},
         )
 
     async def release(self, namespace: str, claim: str) -> bool:
