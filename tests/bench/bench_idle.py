@@ -279,6 +279,8 @@ class Replay:
         # per user: (wall time, GPU busy, a job) at every change: what a cull took, by its time
         self.timeline: dict[str, list[tuple[float, bool, bool]]] = {u: [] for u in self.users}
         self.held = self.held_idle = self.held_busy = self.held_starting = 0.0  # simulated GPU-hours
+        self.held_idle_contended = 0.0  # ... of the idle: while someone waited for a GPU
+        self.held_idle_kept = 0.0  # ... of the idle: kept for a stopped (or culled) server
         self.samples = 0
         self.errors: list[str] = []
         self.t0 = 0.0
@@ -453,6 +455,7 @@ class Replay:
                         if user in present:  # the JupyterLab notice: the user clicks Keep
                             code, _ = self.hub.api("POST", f"/gpusessions/users/{user}/keep")
                             self.keeps.append({"user": user, "at": round(self.sim(), 3), "code": code})
+                waiting = bool(starting - allocated)  # someone wants a GPU and has none
                 for user in allocated:
                     self.held += dt
                     if user in busy:
@@ -461,6 +464,10 @@ class Replay:
                         self.held_starting += dt
                     else:
                         self.held_idle += dt
+                        if waiting:
+                            self.held_idle_contended += dt
+                        if not self.state[user].up:
+                            self.held_idle_kept += dt
                 with self.lock:
                     for user in allocated & self.starting:
                         self.gpu_seen.setdefault(user, now)
@@ -541,6 +548,8 @@ class Replay:
         return {
             "gpu_hours_held": round(self.held, 3),
             "gpu_hours_held_idle": round(self.held_idle, 3),
+            "gpu_hours_held_idle_while_someone_waits": round(self.held_idle_contended, 3),
+            "gpu_hours_held_idle_kept_after_stop": round(self.held_idle_kept, 3),
             "gpu_hours_held_busy": round(self.held_busy, 3),
             "gpu_hours_held_starting": round(self.held_starting, 3),
             "wait_for_gpu_hours": round(sum(gpu_waits), 3),
@@ -778,6 +787,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-idle-"))
     results: dict[str, Any] = {}
     stamp = int(time.time())
+    start_line = threading.Barrier(1 if args.sequential else len(policies))
 
     def replay_one(policy: str) -> None:
         chosen = chosen_by[policy]
@@ -793,8 +803,15 @@ def main() -> int:
         load.update(owned, {})
         print(f"{label(policy)}: replaying {len(trace)} sessions on {chosen[0][4]} ...", file=sys.stderr)
         cfg = hub_config(policy, ns, selector, variants[policy], args.scale, args.agent_interval)
-        hub = start_hub(cfg, work / policy.replace(":", "-"))
         try:
+            hub = start_hub(cfg, work / policy.replace(":", "-"))
+        except BaseException:
+            start_line.abort()  # the others do not wait for this one
+            raise
+        try:
+            # Concurrent replays start their clocks together, once every hub is up.
+            with contextlib.suppress(threading.BrokenBarrierError):
+                start_line.wait(timeout=600)
             replay = Replay(policy, trace, span, activity_every, args.scale, hub, api, ns, uuids, load, owned)
             results[policy] = replay.run()
         finally:
@@ -869,6 +886,8 @@ def main() -> int:
     print("|---|" + "---|" * len(results))
     rows = (
         ("gpu_hours_held_idle", "GPU-hours held idle"),
+        ("gpu_hours_held_idle_while_someone_waits", "... of which while someone waited for a GPU"),
+        ("gpu_hours_held_idle_kept_after_stop", "... of which kept for a stopped or culled server"),
         ("gpu_hours_held_busy", "GPU-hours held busy"),
         ("gpu_hours_held_starting", "GPU-hours held while the notebook starts"),
         ("wait_for_gpu_hours", "user waiting for a GPU, hours in all"),
