@@ -148,8 +148,8 @@ class Limits:
     stopped_keep: float = 1.0  # (c) --stopped-keep: our default, 1 h
     stopped_keep_contended: float = 300 / 3600  # (c) --stopped-keep-contended: our default, 5 min
     gpu_idle: float = 4.0  # (c) --gpu-idle-limit: our default, 4 h
-    gpu_idle_contended: float = 0.5  # (c) --gpu-idle-limit-contended: our default, 30 min
-    keep_contended: float = 0.5  # (c) --keep-contended: our default, 30 min
+    gpu_idle_contended: float = 1 / 12  # (c) --gpu-idle-limit-contended: our default, 5 min
+    keep_contended: float = 1 / 6  # (c) --keep-contended: our default, 10 min
     keep_extension: float = 4.0  # "Keep my GPU" holds the culler off this long: the spawner's default
 
 
@@ -690,13 +690,13 @@ def main() -> int:
         "--gpu-idle-limit-contended",
         type=float,
         default=Limits.gpu_idle_contended,
-        help="(c) --gpu-idle-limit-contended in simulated hours (default: our default, 0.5 h; 0: off)",
+        help="(c) --gpu-idle-limit-contended in simulated hours (default: our default, 5 min; 0: off)",
     )
     ap.add_argument(
         "--keep-contended",
         type=float,
         default=Limits.keep_contended,
-        help="(c) --keep-contended in simulated hours (default: our default, 0.5 h; 0: a keep holds its 4 h)",
+        help="(c) --keep-contended in simulated hours (default: ours, 10 min; 0: a keep holds its 4 h)",
     )
     ap.add_argument(
         "--variant",

@@ -594,3 +594,20 @@ def test_a_stopped_servers_user_keep_also_yields_to_a_waiter_after_keep_contende
     mark_contention([kept, waiter()], T0 + 1800, KEEPING)
     assert kept.waiters == 1
     assert decide(kept, T0 + 1800, KEEPING).action in (WARN, RELEASE)
+
+
+def test_a_kept_session_that_stops_is_still_noted_stopped_and_yields_after_keep_contended() -> None:
+    # user6 clicked Keep (4 h), then stopped her server while others wait: the stop is noted at
+    # once (before issue 17's fix the keep hid it, and her GPU stayed 4 h while others waited).
+    s = stopped(claim="gpu-k", user="k", stopped_since=None, keep_until=T0 + 4 * H, kept_at=T0)
+    d = decide(s, T0 + 60, KEEPING)
+    assert d.action == MARK_STOPPED
+    s.stopped_since = T0 + 60
+    mark_contention([s, waiter()], T0 + 120, KEEPING)
+    assert s.waiters == 0 and decide(s, T0 + 120, KEEPING).action == NONE  # within keep_contended
+    mark_contention([s, waiter()], T0 + 1800, KEEPING)
+    assert s.waiters == 1
+    d = decide(s, T0 + 1800, KEEPING)
+    assert d.action == WARN and d.rule == "stopped-contended"
+    again = running(keep_until=T0 + 4 * H, kept_at=T0, stopped_since=T0 + 60)  # started again
+    assert decide(again, T0 + 1800, KEEPING).action == CLEAR_STOPPED

@@ -57,8 +57,8 @@ class Rules:
     orphan_grace: float = 300.0
     stopped_keep_contended: float = 300.0
     gpu_idle_limit: float = 14400.0
-    gpu_idle_limit_contended: float = 1800.0
-    keep_contended: float = 1800.0
+    gpu_idle_limit_contended: float = 300.0
+    keep_contended: float = 600.0
 
     def merged(self, override: dict[str, Any]) -> Rules:
         known = {f.name for f in dataclasses.fields(self)}
@@ -135,6 +135,13 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         # The GPU went with its node: nothing to keep, no warning to give.
         return Decision(NODE_GONE, f"the node of this GPU ({s.node}) is gone")
     if keep_holds(s, now, r):
+        # The stop is still noted (bookkeeping, not a cull): a kept GPU of a stopped server must
+        # count from its stop once the keep no longer holds (while someone waits, keep_contended).
+        if s.hub_user and s.hub_server and not s.pending:
+            if s.running and s.stopped_since is not None:
+                return Decision(CLEAR_STOPPED, "server runs again")
+            if not s.running and s.stopped_since is None:
+                return Decision(MARK_STOPPED, "server stopped: the GPU is kept (exemption)")
         return Decision(NONE, f"kept until {s.keep_until:.0f} (exemption)")
     if not s.hub_user or not s.hub_server:
         age = now - (s.created or now)
