@@ -131,6 +131,11 @@ c.JupyterHub.load_roles.append({{
     "services": ["idle-culler"],
 }})
 """
+JOBS = """
+# Notebook jobs (docs/jobs.md) need KAI: every session and job of this hub is in one team queue.
+c.GPUSessionSpawner.kai_queue = {queue!r}
+c.NotebookJobs.enabled = True
+"""
 OUR_CULLER = """
 from gpusessions.culler.hubconfig import configure_culler
 configure_culler(c, admins=[], port={port}, args={args!r})
@@ -165,7 +170,13 @@ def label(policy: str) -> str:
 
 
 def hub_config(
-    policy: str, namespace: str, selector: str, limits: Limits, scale: float, agent_interval: float = 0.0
+    policy: str,
+    namespace: str,
+    selector: str,
+    limits: Limits,
+    scale: float,
+    agent_interval: float = 0.0,
+    queue: str = "",
 ) -> str:
     policy = base_policy(policy)
     cfg = HUB.format(
@@ -175,6 +186,8 @@ def hub_config(
         keep_extension=limits.keep_extension * scale,
         agent_interval=agent_interval,
     )
+    if queue:
+        cfg += JOBS.format(queue=queue)
     if policy == "hub-activity":
         timeout = max(1, round(limits.idle * scale))
         every = max(1, round(limits.cull_every * scale))
@@ -259,11 +272,16 @@ class Replay:
         uuids: dict[tuple[str, str], str],
         load_file: LoadFile,
         owned: set[str],
+        jobs_home: Path | None = None,
     ) -> None:
         self.policy, self.trace, self.span, self.scale = policy, trace, span, scale
         self.activity_every = activity_every
         self.hub, self.api, self.ns, self.uuids, self.load_file = hub, api, namespace, uuids, load_file
         self.owned = owned  # the UUIDs of this replay's slots (its entries in the load file)
+        # Issue 19 item 6: `job` phases go to notebook jobs (the users' homes are under jobs_home).
+        self.jobs_home = jobs_home
+        self.jobs: list[dict[str, Any]] = []
+        self.held_jobs = 0.0  # GPU-hours held by notebook jobs (busy: papermill runs the notebook)
         self.users = sorted({s.user for s in trace})
         self.state = {u: UserState() for u in self.users}
         self.lock = threading.Lock()
@@ -363,15 +381,23 @@ class Replay:
                 if not self.sleep_until(s.start):
                     return
                 first = True
-                for ph in s.phases:
+                why = "after cull"
+                for n, ph in enumerate(s.phases):
                     st = self.state[user]
-                    if (
-                        ph.kind != "pause"
-                        and not st.up
-                        and not self.obtain(user, "start" if first else "after cull")
-                    ):
+                    if ph.kind == "job" and self.jobs_home is not None:
+                        # The long job goes to a notebook job; the user stops the server and gives
+                        # its GPU back meanwhile (POST .../release: the job may need it), and comes
+                        # back to the notebook when the job is done.
+                        if st.up:
+                            self.stop_server(user, release=True)
+                        if not self.run_job(user, ph.hours, f"{s.start:g}-{n}"):
+                            return
+                        why = "after a notebook job"
+                        continue
+                    if ph.kind != "pause" and not st.up and not self.obtain(user, "start" if first else why):
                         return
                     first = False
+                    why = "after cull"
                     if ph.kind == "work":
                         self.set(user, True, True, present=True)
                     elif ph.kind == "cpu":
@@ -384,16 +410,72 @@ class Replay:
                         return
                 self.set(user, False, s.tab_open and s.end == "leave")
                 if s.end == "stop" and self.state[user].up:
-                    with self.lock:
-                        self.state[user].up = False
-                    self.hub.api("DELETE", f"/users/{user}/server")
-                    while not self.done.is_set():
-                        m = self.servers.get(user)
-                        if not m or (not m.get("ready") and not m.get("pending")):
-                            break
-                        self.done.wait(0.25)
+                    self.stop_server(user)
         except Exception as e:  # reported; the replay goes on
             self.errors.append(f"{user}: {type(e).__name__}: {e}")
+
+    def stop_server(self, user: str, release: bool = False) -> None:
+        self.set(user, False, False)
+        with self.lock:
+            self.state[user].up = False
+        if release:  # stop, and give the GPU back at once (the hub's release endpoint)
+            self.hub.api("POST", f"/gpusessions/users/{user}/release")
+        else:
+            self.hub.api("DELETE", f"/users/{user}/server")
+        while not self.done.is_set():
+            m = self.servers.get(user)
+            if not m or (not m.get("ready") and not m.get("pending")):
+                break
+            self.done.wait(0.25)
+
+    def run_job(self, user: str, hours: float, tag: str) -> bool:
+        """Submit the `job` phase as a notebook job (papermill runs a notebook that works for the
+        phase's length) through the hub's endpoint, and wait until it ends; False if the trace
+        ended first. Its wait in the team queue counts apart from the sessions' waits."""
+        assert self.jobs_home is not None
+        name = f"bench-job-{tag}.ipynb"
+        home = self.jobs_home / user
+        home.mkdir(parents=True, exist_ok=True)
+        cell = f"import time\ntime.sleep({hours * self.scale:.1f})\nprint('trained')"
+        nb = {
+            "cells": [
+                {"cell_type": "code", "metadata": {}, "source": cell, "outputs": [], "execution_count": None}
+            ],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+        (home / name).write_text(json.dumps(nb))
+        submitted = time.monotonic()
+        body = {"name": f"bench {tag}", "input": name, "size": "bench-gpu"}
+        code, job = self.hub.api("POST", f"/gpusessions/users/{user}/jobs", body)
+        rec: dict[str, Any] = {
+            "user": user,
+            "at": round(self.sim(submitted), 3),
+            "hours": hours,
+            "code": code,
+        }
+        self.jobs.append(rec)
+        if code != 201:
+            self.errors.append(f"job {user}: {code} {job}")
+            return not self.done.wait(hours * self.scale)  # as if it ran: the trace goes on
+        running: float | None = None
+        state = "queued"
+        while not self.done.is_set():
+            code, j = self.hub.api("GET", f"/gpusessions/users/{user}/jobs/{job['id']}")
+            state = (j or {}).get("state", "?") if code == 200 else f"http {code}"
+            if state == "running" and running is None:
+                running = time.monotonic()
+            if state in ("completed", "failed", "stopped") or code == 404:
+                break
+            self.done.wait(0.5)
+        end = time.monotonic()
+        rec.update(
+            state=state,
+            queue_hours=round(((running or end) - submitted) / self.scale, 3),
+            ran_hours=round((end - running) / self.scale, 3) if running else 0.0,
+        )
+        return not self.done.is_set()
 
     # -- the world: hub state, culls, the simulated NVML, accounting -----------------------
     def push_load(self) -> None:
@@ -441,6 +523,16 @@ class Replay:
                 now = time.monotonic()
                 dt = (now - last) / self.scale
                 last = now
+                is_job = [
+                    (cl["metadata"].get("labels") or {}).get("gpusessions.io/component") == "job"
+                    for cl in claims
+                ]
+                for cl, job in zip(claims, is_job, strict=True):
+                    if job and (cl.get("status") or {}).get("allocation"):
+                        self.held += dt  # a notebook job's GPU: papermill runs its notebook
+                        self.held_busy += dt
+                        self.held_jobs += dt
+                claims = [cl for cl, job in zip(claims, is_job, strict=True) if not job]
                 allocated = {
                     cl["metadata"]["name"].removeprefix("gpu-")
                     for cl in claims
@@ -566,6 +658,11 @@ class Replay:
             "lost_work_gpu_hours": round(sum(c["lost_hours"] for c in lost), 3),
             "warnings": len(self.warnings),
             "keeps": len(self.keeps),
+            "notebook_jobs": len(self.jobs),
+            "notebook_jobs_completed": sum(j.get("state") == "completed" for j in self.jobs),
+            "notebook_job_queue_hours": round(sum(j.get("queue_hours", 0.0) for j in self.jobs), 3),
+            "gpu_hours_held_by_notebook_jobs": round(self.held_jobs, 3),
+            "job_log": self.jobs,
             "samples": self.samples,
             "wait_log": self.waits,
             "cull_log": by_log,
@@ -723,6 +820,12 @@ def main() -> int:
         action="store_true",
         help="replay the policies one after the other on one GPU (before issue 17's concurrent replays)",
     )
+    ap.add_argument(
+        "--jobs-as-notebook-jobs",
+        action="store_true",
+        help="one more (c) replay, '(c) jobs', where each `job` phase is a notebook job (docs/jobs.md) "
+        "in a KAI team queue while the user's server is stopped (issue 19 item 6)",
+    )
     ap.add_argument("--only-write", action="store_true", help="write the trace, replay nothing")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -759,6 +862,10 @@ def main() -> int:
             return 2
         policies.append(f"gpusessions:{name}")
         variants[policies[-1]] = over
+
+    if args.jobs_as_notebook_jobs:
+        policies.append("gpusessions:jobs")
+        variants["gpusessions:jobs"] = limits
 
     paths = ClusterPaths.default()
     started = not lc.healthy(paths)
@@ -802,7 +909,23 @@ def main() -> int:
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         load.update(owned, {})
         print(f"{label(policy)}: replaying {len(trace)} sessions on {chosen[0][4]} ...", file=sys.stderr)
-        cfg = hub_config(policy, ns, selector, variants[policy], args.scale, args.agent_interval)
+        jobs = policy == "gpusessions:jobs"
+        queue = f"bench-team-{stamp}" if jobs else ""
+        if jobs:  # a department and its team queue, unlimited: the jobs' and the sessions' queue
+            for name, parent in ((f"bench-dept-{stamp}", None), (queue, f"bench-dept-{stamp}")):
+                unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+                spec: dict[str, Any] = {"resources": {k: dict(unlimited) for k in ("gpu", "cpu", "memory")}}
+                if parent:
+                    spec["parentQueue"] = parent
+                api.create(
+                    {
+                        "apiVersion": "scheduling.run.ai/v2",
+                        "kind": "Queue",
+                        "metadata": {"name": name},
+                        "spec": spec,
+                    }
+                )
+        cfg = hub_config(policy, ns, selector, variants[policy], args.scale, args.agent_interval, queue)
         try:
             hub = start_hub(cfg, work / policy.replace(":", "-"))
         except BaseException:
@@ -812,7 +935,20 @@ def main() -> int:
             # Concurrent replays start their clocks together, once every hub is up.
             with contextlib.suppress(threading.BrokenBarrierError):
                 start_line.wait(timeout=600)
-            replay = Replay(policy, trace, span, activity_every, args.scale, hub, api, ns, uuids, load, owned)
+            replay = Replay(
+                policy,
+                trace,
+                span,
+                activity_every,
+                args.scale,
+                hub,
+                api,
+                ns,
+                uuids,
+                load,
+                owned,
+                jobs_home=paths.homes / ns if jobs else None,
+            )
             results[policy] = replay.run()
         finally:
             stop_hub(hub)
@@ -821,6 +957,10 @@ def main() -> int:
                 api.delete("Namespace", ns)
                 wait_gone(api, ns)
             load.update(owned, {})
+            if jobs:
+                for name in (queue, f"bench-dept-{stamp}"):
+                    with contextlib.suppress(Exception):
+                        api.delete("Queue", name)
         print(f"  {label(policy)}: {results[policy]}", file=sys.stderr)
 
     try:
@@ -907,6 +1047,10 @@ def main() -> int:
         ("lost_work_gpu_hours", "lost work (GPU-hours of culled jobs)"),
         ("warnings", "warnings shown"),
         ("keeps", "of which answered with Keep by a user at the notebook"),
+        ("notebook_jobs", "notebook jobs submitted (issue 19 item 6)"),
+        ("notebook_jobs_completed", "... of which completed"),
+        ("notebook_job_queue_hours", "notebook jobs' wait in the team queue, hours in all"),
+        ("gpu_hours_held_by_notebook_jobs", "GPU-hours held by notebook jobs (counted busy)"),
     )
     for key, name in rows:
         print(f"| {name} | " + " | ".join(f"{r[key]:g}" for r in results.values()) + " |")
