@@ -148,7 +148,7 @@ class Limits:
 
     idle: float = 1.0  # (b) --timeout and (c) --idle-limit: z2jh's cull.timeout default is 1 h
     cull_every: float = 1 / 6  # (b) --cull-every: z2jh's default 10 min
-    interval: float = 0.05  # (c) --interval: 3 min (our default is 1 min; coarser here to save CPU)
+    interval: float = 1 / 60  # (c) --interval: our default, 1 min
     warn_before: float = 0.25  # (c) --warn-before: our default, 15 min
     stopped_keep: float = 1.0  # (c) --stopped-keep: our default, 1 h
     stopped_keep_contended: float = 300 / 3600  # (c) --stopped-keep-contended: our default, 5 min
@@ -195,7 +195,7 @@ def hub_config(
     elif policy == "gpusessions":
         args = [
             "--interval",
-            f"{max(1.0, limits.interval * scale):g}",
+            f"{max(0.25, limits.interval * scale):g}",
             "--idle-limit",
             f"{limits.idle * scale:g}",
             "--warn-before",

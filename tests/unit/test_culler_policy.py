@@ -20,6 +20,7 @@ from gpusessions.culler.policy import (
     Policy,
     Rules,
     decide,
+    gpu_idle_since,
 )
 from promtext import value
 
@@ -611,3 +612,16 @@ def test_a_kept_session_that_stops_is_still_noted_stopped_and_yields_after_keep_
     assert d.action == WARN and d.rule == "stopped-contended"
     again = running(keep_until=T0 + 4 * H, kept_at=T0, stopped_since=T0 + 60)  # started again
     assert decide(again, T0 + 1800, KEEPING).action == CLEAR_STOPPED
+
+
+def test_a_server_started_on_a_kept_gpu_counts_its_gpu_idle_time_from_the_start() -> None:
+    # The GPU was last busy 5 h ago (kept while the server was stopped); the server started
+    # 1 min ago: its GPU has been idle 1 min for the culler, not 5 h.
+    s = idle_running(idle_since=T0, server_started=T0 + 5 * H - 60)
+    mark_contention([s], T0 + 5 * H, CONTENDED)
+    assert decide(s, T0 + 5 * H, CONTENDED).action == NONE  # not the 4 h GPU-idle limit
+    s.waiters = 1
+    d = decide(s, T0 + 5 * H, CONTENDED)
+    assert d.action == NONE and d.at == T0 + 5 * H - 60 + 1800  # 30 min from the start
+    s.running = False  # stopped again: the start no longer counts
+    assert gpu_idle_since(s) == T0

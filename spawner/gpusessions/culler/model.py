@@ -63,6 +63,7 @@ class Session:
     running: bool = False
     pending: str | None = None
     notebook_last_activity: float | None = None
+    server_started: float | None = None  # when the hub started the running server
     # from the agent
     gpu: list[Obj] = field(default_factory=list)
     gpu_error: str | None = None
@@ -175,6 +176,7 @@ def join(claims: list[Obj], holders: list[Obj], hub_users: list[Obj]) -> tuple[l
                 s.running = bool(srv.get("ready"))
                 s.pending = srv.get("pending")
                 s.notebook_last_activity = parse_time(srv.get("last_activity"))
+                s.server_started = parse_time(srv.get("started"))
             elif not s.server:
                 # The default server always exists for a user, stopped or not.
                 s.hub_server = True

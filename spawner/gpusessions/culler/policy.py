@@ -108,7 +108,9 @@ def gpu_idle_since(s: Session) -> float | None:
     if s.gpu_busy_now or not s.gpu_known or any(d.get("error") for d in s.gpu):
         return None
     # The agent forgets its last busy time when it restarts: count from that start at the earliest.
-    marks = [t for t in (s.gpu_last_busy, s.created, s.holder_started) if t is not None]
+    # A server (re)started on a kept GPU counts from its start: the user had no chance to use it.
+    started = s.server_started if s.running else None
+    marks = [t for t in (s.gpu_last_busy, s.created, s.holder_started, started) if t is not None]
     return max(marks) if marks else None
 
 
