@@ -895,6 +895,7 @@ def main() -> int:
     results: dict[str, Any] = {}
     stamp = int(time.time())
     start_line = threading.Barrier(1 if args.sequential else len(policies))
+    hub_start = threading.Lock()
 
     def replay_one(policy: str) -> None:
         chosen = chosen_by[policy]
@@ -927,7 +928,8 @@ def main() -> int:
                 )
         cfg = hub_config(policy, ns, selector, variants[policy], args.scale, args.agent_interval, queue)
         try:
-            hub = start_hub(cfg, work / policy.replace(":", "-"))
+            with hub_start:  # one at a time: free ports are picked at start, and must not collide
+                hub = start_hub(cfg, work / policy.replace(":", "-"))
         except BaseException:
             start_line.abort()  # the others do not wait for this one
             raise
