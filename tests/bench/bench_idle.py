@@ -805,7 +805,7 @@ def main() -> int:
     ap.add_argument(
         "--agent-interval",
         type=float,
-        default=0.25,
+        default=0.1,
         help="real seconds between the holders' agent samples (GPUSessionSpawner.agent_interval; the "
         "agent's own default is 2 s, which compressed time turns into many simulated minutes)",
     )
@@ -907,11 +907,11 @@ def main() -> int:
         )
         owned = {c[2] for c in chosen}
         ns = f"bench-idle-{policy.replace(':', '-').lower()}-{stamp}"[:63].rstrip("-")
-        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         load.update(owned, {})
         print(f"{label(policy)}: replaying {len(trace)} sessions on {chosen[0][4]} ...", file=sys.stderr)
         jobs = policy == "gpusessions:jobs"
         queue = f"bench-team-{stamp}" if jobs else ""
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         if jobs:  # a department and its team queue, unlimited: the jobs' and the sessions' queue
             for name, parent in ((f"bench-dept-{stamp}", None), (queue, f"bench-dept-{stamp}")):
                 unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
@@ -929,9 +929,13 @@ def main() -> int:
         cfg = hub_config(policy, ns, selector, variants[policy], args.scale, args.agent_interval, queue)
         try:
             with hub_start:  # one at a time: free ports are picked at start, and must not collide
-                hub = start_hub(cfg, work / policy.replace(":", "-"))
+                hub = start_hub(cfg, work / policy.replace(":", "-"), timeout=300)
         except BaseException:
             start_line.abort()  # the others do not wait for this one
+            for kind, name in (("Namespace", ns), ("Queue", queue), ("Queue", f"bench-dept-{stamp}")):
+                if name and (kind == "Namespace" or jobs):
+                    with contextlib.suppress(Exception):
+                        api.delete(kind, name)
             raise
         try:
             # Concurrent replays start their clocks together, once every hub is up.
