@@ -986,8 +986,9 @@ def main() -> int:
         if started:
             lc.down(paths)
     missing = [p for p in policies if p not in results]
-    if missing:
+    if missing:  # reported, and the others' results are still written
         print(f"bench_idle: no result for {', '.join(missing)} (see above)", file=sys.stderr)
+    if not results:
         return 1
     chosen = chosen_by[policies[0]]
 
@@ -1008,6 +1009,7 @@ def main() -> int:
         "trace": summary,
         "published": {k: v for k, v in PUBLISHED.items() if k in summary},
         "policies": results,
+        "missing": missing,
     }
     ratios: dict[str, dict[str, float | None]] = {}
     pairs = [(p, "none") for p in results if p != "none"]
@@ -1072,7 +1074,7 @@ def main() -> int:
     print(f"\nrerun: .venv/bin/python {cmd}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
-    return 0
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":
