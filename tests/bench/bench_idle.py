@@ -74,7 +74,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster"), str(ROOT)]
 
 from localcluster import cluster as lc  # noqa: E402
-from localcluster.hubproc import Hub, free_port, start_hub  # noqa: E402
+from localcluster.hubproc import Hub, HubError, free_port, start_hub  # noqa: E402
 from localcluster.kubeapi import KubeAPI  # noqa: E402
 from localcluster.paths import ClusterPaths  # noqa: E402
 
@@ -699,6 +699,21 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def start_with_retries(cfg: str, workdir: Path, tries: int = 3) -> Hub:
+    """Start a hub; on a loaded machine a start may fail (JupyterHub gives its managed culler
+    service 30 s to answer, then exits): try again, in a fresh folder."""
+    for attempt in range(1, tries + 1):
+        try:
+            return start_hub(
+                cfg, workdir if attempt == 1 else workdir.with_name(f"{workdir.name}-{attempt}"), timeout=300
+            )
+        except HubError as e:
+            if attempt == tries:
+                raise
+            print(f"bench_idle: hub start failed ({str(e).splitlines()[0]}); trying again", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
 def stop_hub(hub: Hub) -> None:
     """Stop the hub, then whatever it started that outlived it (the proxy and the services
     run in their own sessions; a hub killed after its stop timeout leaves them behind)."""
@@ -929,7 +944,7 @@ def main() -> int:
         cfg = hub_config(policy, ns, selector, variants[policy], args.scale, args.agent_interval, queue)
         try:
             with hub_start:  # one at a time: free ports are picked at start, and must not collide
-                hub = start_hub(cfg, work / policy.replace(":", "-"), timeout=300)
+                hub = start_with_retries(cfg, work / policy.replace(":", "-"))
         except BaseException:
             start_line.abort()  # the others do not wait for this one
             for kind, name in (("Namespace", ns), ("Queue", queue), ("Queue", f"bench-dept-{stamp}")):
