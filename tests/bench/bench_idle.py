@@ -58,13 +58,14 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster"), str(ROOT)]
 
 from localcluster import cluster as lc  # noqa: E402
-from localcluster.hubproc import Hub, free_port, start_hub  # noqa: E402
+from localcluster.hubproc import Hub, HubError, free_port, start_hub  # noqa: E402
 from localcluster.kubeapi import KubeAPI  # noqa: E402
 from localcluster.paths import ClusterPaths  # noqa: E402
 
@@ -106,6 +107,7 @@ c.KubeSpawner.http_timeout = 120
 c.GPUSessionSpawner.gpu_allocation_timeout = 3600
 c.GPUSessionSpawner.persist_kernels = False
 c.GPUSessionSpawner.gpu_keep_extension = {keep_extension!r}
+c.GPUSessionSpawner.agent_interval = {agent_interval!r}
 c.KubeSpawner.profile_list = [{{
     "display_name": "Bench MIG slice", "slug": "bench-gpu", "default": True,
     "kubespawner_override": {{
@@ -129,6 +131,11 @@ c.JupyterHub.load_roles.append({{
     "services": ["idle-culler"],
 }})
 """
+JOBS = """
+# Notebook jobs (docs/jobs.md) need KAI: every session and job of this hub is in one team queue.
+c.GPUSessionSpawner.kai_queue = {queue!r}
+c.NotebookJobs.enabled = True
+"""
 OUR_CULLER = """
 from gpusessions.culler.hubconfig import configure_culler
 configure_culler(c, admins=[], port={port}, args={args!r})
@@ -141,22 +148,46 @@ class Limits:
 
     idle: float = 1.0  # (b) --timeout and (c) --idle-limit: z2jh's cull.timeout default is 1 h
     cull_every: float = 1 / 6  # (b) --cull-every: z2jh's default 10 min
-    interval: float = 0.05  # (c) --interval: 3 min (our default is 1 min; coarser here to save CPU)
+    interval: float = 1 / 60  # (c) --interval: our default, 1 min
     warn_before: float = 0.25  # (c) --warn-before: our default, 15 min
     stopped_keep: float = 1.0  # (c) --stopped-keep: our default, 1 h
     stopped_keep_contended: float = 300 / 3600  # (c) --stopped-keep-contended: our default, 5 min
     gpu_idle: float = 4.0  # (c) --gpu-idle-limit: our default, 4 h
-    gpu_idle_contended: float = 0.5  # (c) --gpu-idle-limit-contended: our default, 30 min
+    gpu_idle_contended: float = 1 / 12  # (c) --gpu-idle-limit-contended: our default, 5 min
+    keep_contended: float = 1 / 6  # (c) --keep-contended: our default, 10 min
     keep_extension: float = 4.0  # "Keep my GPU" holds the culler off this long: the spawner's default
 
 
-def hub_config(policy: str, namespace: str, selector: str, limits: Limits, scale: float) -> str:
+def base_policy(policy: str) -> str:
+    """none, hub-activity or gpusessions (a variant "gpusessions:NAME" is our culler)."""
+    return policy.split(":", 1)[0]
+
+
+def label(policy: str) -> str:
+    if ":" in policy:
+        return f"(c) {policy.split(':', 1)[1]}"
+    return LABEL[policy]
+
+
+def hub_config(
+    policy: str,
+    namespace: str,
+    selector: str,
+    limits: Limits,
+    scale: float,
+    agent_interval: float = 0.0,
+    queue: str = "",
+) -> str:
+    policy = base_policy(policy)
     cfg = HUB.format(
         namespace=namespace,
         selector=selector,
         keep=policy == "gpusessions",
         keep_extension=limits.keep_extension * scale,
+        agent_interval=agent_interval,
     )
+    if queue:
+        cfg += JOBS.format(queue=queue)
     if policy == "hub-activity":
         timeout = max(1, round(limits.idle * scale))
         every = max(1, round(limits.cull_every * scale))
@@ -164,7 +195,7 @@ def hub_config(policy: str, namespace: str, selector: str, limits: Limits, scale
     elif policy == "gpusessions":
         args = [
             "--interval",
-            f"{max(1.0, limits.interval * scale):g}",
+            f"{max(0.25, limits.interval * scale):g}",
             "--idle-limit",
             f"{limits.idle * scale:g}",
             "--warn-before",
@@ -177,11 +208,43 @@ def hub_config(policy: str, namespace: str, selector: str, limits: Limits, scale
             f"{limits.gpu_idle * scale:g}",
             "--gpu-idle-limit-contended",
             f"{limits.gpu_idle_contended * scale:g}",
+            "--keep-contended",
+            f"{limits.keep_contended * scale:g}",
             "--orphan-grace",
             "3",
         ]
         cfg += OUR_CULLER.format(port=free_port(), args=args)
     return cfg
+
+
+# --- the simulated NVML's load file, shared by concurrent replays --------------------------------
+class LoadFile:
+    """The simulated NVML's load file (per device UUID), written by several replays at once (in
+    this process and in others): each replay owns the UUIDs of its own slots and replaces only
+    their entries, under an exclusive lock, with an atomic rename."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock_path = path.with_suffix(".bench.lock")
+        self.mutex = threading.Lock()
+
+    def update(self, owned: set[str], load: dict[str, Any]) -> None:
+        import fcntl
+
+        with self.mutex, open(self.lock_path, "a") as lk:
+            fcntl.flock(lk, fcntl.LOCK_EX)
+            try:
+                try:
+                    cur = json.loads(self.path.read_text() or "{}")
+                except (OSError, ValueError):
+                    cur = {}
+                cur = {k: v for k, v in cur.items() if k not in owned}
+                cur.update(load)
+                tmp = self.path.with_suffix(f".bench.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(cur, sort_keys=True))
+                os.replace(tmp, self.path)
+            finally:
+                fcntl.flock(lk, fcntl.LOCK_UN)
 
 
 # --- the replay ------------------------------------------------------------------------------
@@ -207,14 +270,22 @@ class Replay:
         api: KubeAPI,
         namespace: str,
         uuids: dict[tuple[str, str], str],
-        load_file: Path,
+        load_file: LoadFile,
+        owned: set[str],
+        jobs_home: Path | None = None,
     ) -> None:
         self.policy, self.trace, self.span, self.scale = policy, trace, span, scale
         self.activity_every = activity_every
         self.hub, self.api, self.ns, self.uuids, self.load_file = hub, api, namespace, uuids, load_file
+        self.owned = owned  # the UUIDs of this replay's slots (its entries in the load file)
+        # Issue 19 item 6: `job` phases go to notebook jobs (the users' homes are under jobs_home).
+        self.jobs_home = jobs_home
+        self.jobs: list[dict[str, Any]] = []
+        self.held_jobs = 0.0  # GPU-hours held by notebook jobs (busy: papermill runs the notebook)
         self.users = sorted({s.user for s in trace})
         self.state = {u: UserState() for u in self.users}
         self.lock = threading.Lock()
+        self.load_lock = threading.Lock()
         self.done = threading.Event()
         self.servers: dict[str, dict[str, Any]] = {}
         self.starting: set[str] = set()  # users waiting for their server
@@ -226,6 +297,8 @@ class Replay:
         # per user: (wall time, GPU busy, a job) at every change: what a cull took, by its time
         self.timeline: dict[str, list[tuple[float, bool, bool]]] = {u: [] for u in self.users}
         self.held = self.held_idle = self.held_busy = self.held_starting = 0.0  # simulated GPU-hours
+        self.held_idle_contended = 0.0  # ... of the idle: while someone waited for a GPU
+        self.held_idle_kept = 0.0  # ... of the idle: kept for a stopped (or culled) server
         self.samples = 0
         self.errors: list[str] = []
         self.t0 = 0.0
@@ -308,15 +381,23 @@ class Replay:
                 if not self.sleep_until(s.start):
                     return
                 first = True
-                for ph in s.phases:
+                why = "after cull"
+                for n, ph in enumerate(s.phases):
                     st = self.state[user]
-                    if (
-                        ph.kind != "pause"
-                        and not st.up
-                        and not self.obtain(user, "start" if first else "after cull")
-                    ):
+                    if ph.kind == "job" and self.jobs_home is not None:
+                        # The long job goes to a notebook job; the user stops the server and gives
+                        # its GPU back meanwhile (POST .../release: the job may need it), and comes
+                        # back to the notebook when the job is done.
+                        if st.up:
+                            self.stop_server(user, release=True)
+                        if not self.run_job(user, ph.hours, f"{s.start:g}-{n}"):
+                            return
+                        why = "after a notebook job"
+                        continue
+                    if ph.kind != "pause" and not st.up and not self.obtain(user, "start" if first else why):
                         return
                     first = False
+                    why = "after cull"
                     if ph.kind == "work":
                         self.set(user, True, True, present=True)
                     elif ph.kind == "cpu":
@@ -329,31 +410,86 @@ class Replay:
                         return
                 self.set(user, False, s.tab_open and s.end == "leave")
                 if s.end == "stop" and self.state[user].up:
-                    with self.lock:
-                        self.state[user].up = False
-                    self.hub.api("DELETE", f"/users/{user}/server")
-                    while not self.done.is_set():
-                        m = self.servers.get(user)
-                        if not m or (not m.get("ready") and not m.get("pending")):
-                            break
-                        self.done.wait(0.25)
+                    self.stop_server(user)
         except Exception as e:  # reported; the replay goes on
             self.errors.append(f"{user}: {type(e).__name__}: {e}")
 
+    def stop_server(self, user: str, release: bool = False) -> None:
+        self.set(user, False, False)
+        with self.lock:
+            self.state[user].up = False
+        if release:  # stop, and give the GPU back at once (the hub's release endpoint)
+            self.hub.api("POST", f"/gpusessions/users/{user}/release")
+        else:
+            self.hub.api("DELETE", f"/users/{user}/server")
+        while not self.done.is_set():
+            m = self.servers.get(user)
+            if not m or (not m.get("ready") and not m.get("pending")):
+                break
+            self.done.wait(0.25)
+
+    def run_job(self, user: str, hours: float, tag: str) -> bool:
+        """Submit the `job` phase as a notebook job (papermill runs a notebook that works for the
+        phase's length) through the hub's endpoint, and wait until it ends; False if the trace
+        ended first. Its wait in the team queue counts apart from the sessions' waits."""
+        assert self.jobs_home is not None
+        name = f"bench-job-{tag}.ipynb"
+        home = self.jobs_home / user
+        home.mkdir(parents=True, exist_ok=True)
+        cell = f"import time\ntime.sleep({hours * self.scale:.1f})\nprint('trained')"
+        nb = {
+            "cells": [
+                {"cell_type": "code", "metadata": {}, "source": cell, "outputs": [], "execution_count": None}
+            ],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+        (home / name).write_text(json.dumps(nb))
+        submitted = time.monotonic()
+        body = {"name": f"bench {tag}", "input": name, "size": "bench-gpu"}
+        code, job = self.hub.api("POST", f"/gpusessions/users/{user}/jobs", body)
+        rec: dict[str, Any] = {
+            "user": user,
+            "at": round(self.sim(submitted), 3),
+            "hours": hours,
+            "code": code,
+        }
+        self.jobs.append(rec)
+        if code != 201:
+            self.errors.append(f"job {user}: {code} {job}")
+            return not self.done.wait(hours * self.scale)  # as if it ran: the trace goes on
+        running: float | None = None
+        state = "queued"
+        while not self.done.is_set():
+            code, j = self.hub.api("GET", f"/gpusessions/users/{user}/jobs/{job['id']}")
+            state = (j or {}).get("state", "?") if code == 200 else f"http {code}"
+            if state == "running" and running is None:
+                running = time.monotonic()
+            if state in ("completed", "failed", "stopped") or code == 404:
+                break
+            self.done.wait(0.5)
+        end = time.monotonic()
+        rec.update(
+            state=state,
+            queue_hours=round(((running or end) - submitted) / self.scale, 3),
+            ran_hours=round((end - running) / self.scale, 3) if running else 0.0,
+        )
+        return not self.done.is_set()
+
     # -- the world: hub state, culls, the simulated NVML, accounting -----------------------
     def push_load(self) -> None:
-        with self.lock:
-            load = {
-                st.uuid: {"activity": 90, "processes": 1, "memory_used_mib": 4096}
-                for st in self.state.values()
-                if st.up and st.gpu and st.uuid
-            }
-        text = json.dumps(load, sort_keys=True)
-        if text != self._load:
-            tmp = self.load_file.with_suffix(".bench.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, self.load_file)
-            self._load = text
+        with self.load_lock:  # one writer at a time, so the file never goes back to an older state
+            with self.lock:
+                load = {
+                    st.uuid: {"activity": 90, "processes": 1, "memory_used_mib": 4096}
+                    for st in self.state.values()
+                    if st.up and st.gpu and st.uuid
+                }
+            text = json.dumps(load, sort_keys=True)
+            if text != self._load:
+                self.load_file.update(self.owned, load)
+                self._load = text
 
     def monitor(self) -> None:
         last = time.monotonic()
@@ -387,6 +523,16 @@ class Replay:
                 now = time.monotonic()
                 dt = (now - last) / self.scale
                 last = now
+                is_job = [
+                    (cl["metadata"].get("labels") or {}).get("gpusessions.io/component") == "job"
+                    for cl in claims
+                ]
+                for cl, job in zip(claims, is_job, strict=True):
+                    if job and (cl.get("status") or {}).get("allocation"):
+                        self.held += dt  # a notebook job's GPU: papermill runs its notebook
+                        self.held_busy += dt
+                        self.held_jobs += dt
+                claims = [cl for cl, job in zip(claims, is_job, strict=True) if not job]
                 allocated = {
                     cl["metadata"]["name"].removeprefix("gpu-")
                     for cl in claims
@@ -401,6 +547,7 @@ class Replay:
                         if user in present:  # the JupyterLab notice: the user clicks Keep
                             code, _ = self.hub.api("POST", f"/gpusessions/users/{user}/keep")
                             self.keeps.append({"user": user, "at": round(self.sim(), 3), "code": code})
+                waiting = bool(starting - allocated)  # someone wants a GPU and has none
                 for user in allocated:
                     self.held += dt
                     if user in busy:
@@ -409,6 +556,10 @@ class Replay:
                         self.held_starting += dt
                     else:
                         self.held_idle += dt
+                        if waiting:
+                            self.held_idle_contended += dt
+                        if not self.state[user].up:
+                            self.held_idle_kept += dt
                 with self.lock:
                     for user in allocated & self.starting:
                         self.gpu_seen.setdefault(user, now)
@@ -489,6 +640,8 @@ class Replay:
         return {
             "gpu_hours_held": round(self.held, 3),
             "gpu_hours_held_idle": round(self.held_idle, 3),
+            "gpu_hours_held_idle_while_someone_waits": round(self.held_idle_contended, 3),
+            "gpu_hours_held_idle_kept_after_stop": round(self.held_idle_kept, 3),
             "gpu_hours_held_busy": round(self.held_busy, 3),
             "gpu_hours_held_starting": round(self.held_starting, 3),
             "wait_for_gpu_hours": round(sum(gpu_waits), 3),
@@ -505,6 +658,11 @@ class Replay:
             "lost_work_gpu_hours": round(sum(c["lost_hours"] for c in lost), 3),
             "warnings": len(self.warnings),
             "keeps": len(self.keeps),
+            "notebook_jobs": len(self.jobs),
+            "notebook_jobs_completed": sum(j.get("state") == "completed" for j in self.jobs),
+            "notebook_job_queue_hours": round(sum(j.get("queue_hours", 0.0) for j in self.jobs), 3),
+            "gpu_hours_held_by_notebook_jobs": round(self.held_jobs, 3),
+            "job_log": self.jobs,
             "samples": self.samples,
             "wait_log": self.waits,
             "cull_log": by_log,
@@ -541,6 +699,21 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def start_with_retries(cfg: str, workdir: Path, tries: int = 3) -> Hub:
+    """Start a hub; on a loaded machine a start may fail (JupyterHub gives its managed culler
+    service 30 s to answer, then exits): try again, in a fresh folder."""
+    for attempt in range(1, tries + 1):
+        try:
+            return start_hub(
+                cfg, workdir if attempt == 1 else workdir.with_name(f"{workdir.name}-{attempt}"), timeout=300
+            )
+        except HubError as e:
+            if attempt == tries:
+                raise
+            print(f"bench_idle: hub start failed ({str(e).splitlines()[0]}); trying again", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
 def stop_hub(hub: Hub) -> None:
     """Stop the hub, then whatever it started that outlived it (the proxy and the services
     run in their own sessions; a hub killed after its stop timeout leaves them behind)."""
@@ -565,9 +738,29 @@ def ratio(x: float, y: float) -> float | None:
     return round(x / y, 3) if y else None
 
 
+def parse_variant(spec: str, base: Limits) -> tuple[str, Limits]:
+    """'NAME:field=hours,field=hours' -> (NAME, the limits with those fields changed)."""
+    name, _, rest = spec.partition(":")
+    if not re.fullmatch(r"[A-Za-z0-9-]{1,20}", name):
+        raise ValueError("the name must be 1-20 letters, digits or dashes")
+    known = {f for f in asdict(base)}
+    over: dict[str, float] = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if key not in known:
+            raise ValueError(f"unknown field {key!r}; known: {', '.join(sorted(known))}")
+        try:
+            over[key] = float(value)
+        except ValueError:
+            raise ValueError(f"{key}: not a number of hours: {value!r}") from None
+    return name, replace(base, **over)
+
+
 PROFILE_DEFAULTS = {  # the bench's shape per generated profile: slots and time scale
-    "workday": {"slots": 3, "scale": 20.0},
-    "notebook": {"slots": 7, "scale": 6.0},
+    # Less compressed than before issue 17's concurrent replays (20 and 6): a notebook's start of
+    # 15 s is 0.25 simulated hours here, not 0.75 or 2.5; the run takes one replay's time.
+    "workday": {"slots": 3, "scale": 60.0},
+    "notebook": {"slots": 7, "scale": 18.0},
 }
 
 
@@ -609,7 +802,44 @@ def main() -> int:
         "--gpu-idle-limit-contended",
         type=float,
         default=Limits.gpu_idle_contended,
-        help="(c) --gpu-idle-limit-contended in simulated hours (default: our default, 0.5 h; 0: off)",
+        help="(c) --gpu-idle-limit-contended in simulated hours (default: our default, 5 min; 0: off)",
+    )
+    ap.add_argument(
+        "--keep-contended",
+        type=float,
+        default=Limits.keep_contended,
+        help="(c) --keep-contended in simulated hours (default: ours, 10 min; 0: a keep holds its 4 h)",
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        metavar="NAME:FIELD=HOURS,...",
+        help="one more (c) replay with other culler limits (fields of Limits, in simulated hours), "
+        "e.g. 'c10:gpu_idle_contended=0.1667,keep_contended=0.25'; repeatable",
+    )
+    ap.add_argument(
+        "--agent-interval",
+        type=float,
+        default=0.1,
+        help="real seconds between the holders' agent samples (GPUSessionSpawner.agent_interval; the "
+        "agent's own default is 2 s, which compressed time turns into many simulated minutes)",
+    )
+    ap.add_argument(
+        "--shape",
+        default="idle-bench",
+        help="the local cluster's shape (idle-bench: 8 GPUs of 7 1g.10gb slices, one per concurrent replay)",
+    )
+    ap.add_argument("--first-gpu", type=int, default=0, help="skip this many GPUs (two bench runs at once)")
+    ap.add_argument(
+        "--sequential",
+        action="store_true",
+        help="replay the policies one after the other on one GPU (before issue 17's concurrent replays)",
+    )
+    ap.add_argument(
+        "--jobs-as-notebook-jobs",
+        action="store_true",
+        help="one more (c) replay, '(c) jobs', where each `job` phase is a notebook job (docs/jobs.md) "
+        "in a KAI team queue while the user's server is stopped (issue 19 item 6)",
     )
     ap.add_argument("--only-write", action="store_true", help="write the trace, replay nothing")
     ap.add_argument("--json", type=Path)
@@ -632,79 +862,152 @@ def main() -> int:
     except ImportError:
         print("needs jupyterhub-idle-culler: .venv/bin/pip install jupyterhub-idle-culler", file=sys.stderr)
         return 2
-    limits = Limits(gpu_idle=args.gpu_idle_limit, gpu_idle_contended=args.gpu_idle_limit_contended)
+    limits = Limits(
+        gpu_idle=args.gpu_idle_limit,
+        gpu_idle_contended=args.gpu_idle_limit_contended,
+        keep_contended=args.keep_contended,
+    )
     policies = [p for p in args.policies.split(",") if p]
+    variants: dict[str, Limits] = {p: limits for p in policies}
+    for spec in args.variant or []:
+        try:
+            name, over = parse_variant(spec, limits)
+        except ValueError as e:
+            print(f"bench_idle: --variant {spec!r}: {e}", file=sys.stderr)
+            return 2
+        policies.append(f"gpusessions:{name}")
+        variants[policies[-1]] = over
+
+    if args.jobs_as_notebook_jobs:
+        policies.append("gpusessions:jobs")
+        variants["gpusessions:jobs"] = limits
 
     paths = ClusterPaths.default()
     started = not lc.healthy(paths)
-    lc.up("small", paths=paths)
+    lc.up(args.shape, paths=paths)
     api = KubeAPI.from_kubeconfig(paths.kubeconfig)
     slices = static_slices(api)
-    # Prefer the small slices (1g.10gb first) so that every policy sees the same devices.
-    ordered = sorted(slices, key=lambda s: (s[4], int(s[3].split("g")[0] or 0), s[1]))
-    counts: dict[str, int] = {}
-    for s in ordered:
-        counts[s[4]] = counts.get(s[4], 0) + 1
-    parents = [par for par, n in counts.items() if n >= args.slots]
-    chosen = [s for s in ordered if parents and s[4] == parents[0]][: args.slots]
-    if len(chosen) < args.slots:
-        raise SystemExit(f"--slots {args.slots}: this cluster has no GPU with that many static MIG slices")
+    # Per GPU (parent), its static slices, the small ones first (1g.10gb): each replay gets a GPU
+    # of its own with `--slots` slices, the same sizes for every policy.
+    by_parent: dict[str, list[tuple[str, str, str, str, str]]] = {}
+    for s in sorted(slices, key=lambda s: (s[4], int(s[3].split("g")[0] or 0), s[1])):
+        by_parent.setdefault(s[4], []).append(s)
+    parents = [par for par, ss in sorted(by_parent.items()) if len(ss) >= args.slots][args.first_gpu :]
+    groups = len(policies) if not args.sequential else 1
+    if len(parents) < groups:
+        raise SystemExit(
+            f"--slots {args.slots}: {len(policies)} concurrent replays need {groups} GPUs with that many "
+            f"static MIG slices, this cluster (shape {args.shape}) has {len(parents)} free for it "
+            "(use --shape idle-bench, or --sequential)"
+        )
+    chosen_by: dict[str, list[tuple[str, str, str, str, str]]] = {
+        policy: by_parent[parents[0 if args.sequential else i]][: args.slots]
+        for i, policy in enumerate(policies)
+    }
     uuids = {(pool, dev): uuid for pool, dev, uuid, _, _ in slices}
-    listed = ", ".join(repr(c[2]) for c in chosen)
-    # Dynamic MIG devices have no uuid attribute: test the parent first (&& skips the rest).
-    selector = (
-        f"device.attributes['gpu.nvidia.com'].parentUUID == {chosen[0][4]!r} && "
-        f"device.attributes['gpu.nvidia.com'].uuid in [{listed}]"
-    )
-    load_file = paths.root / "fake-nvml" / "load.json"
-    load_before = load_file.read_text() if load_file.exists() else "{}"
+    load = LoadFile(paths.root / "fake-nvml" / "load.json")
     work = Path(tempfile.mkdtemp(prefix="bench-idle-"))
     results: dict[str, Any] = {}
-    try:
-        for policy in policies:
-            ns = f"bench-idle-{policy}-{int(time.time())}"
-            api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-            load_file.write_text("{}")
-            print(f"{LABEL[policy]}: replaying {len(trace)} sessions ...", file=sys.stderr)
-            hub = start_hub(hub_config(policy, ns, selector, limits, args.scale), work / policy)
-            try:
-                replay = Replay(
-                    policy, trace, span, activity_every, args.scale, hub, api, ns, uuids, load_file
+    stamp = int(time.time())
+    start_line = threading.Barrier(1 if args.sequential else len(policies))
+    hub_start = threading.Lock()
+
+    def replay_one(policy: str) -> None:
+        chosen = chosen_by[policy]
+        listed = ", ".join(repr(c[2]) for c in chosen)
+        # Dynamic MIG devices have no uuid attribute: test the parent first (&& skips the rest).
+        selector = (
+            f"device.attributes['gpu.nvidia.com'].parentUUID == {chosen[0][4]!r} && "
+            f"device.attributes['gpu.nvidia.com'].uuid in [{listed}]"
+        )
+        owned = {c[2] for c in chosen}
+        ns = f"bench-idle-{policy.replace(':', '-').lower()}-{stamp}"[:63].rstrip("-")
+        load.update(owned, {})
+        print(f"{label(policy)}: replaying {len(trace)} sessions on {chosen[0][4]} ...", file=sys.stderr)
+        jobs = policy == "gpusessions:jobs"
+        queue = f"bench-team-{stamp}" if jobs else ""
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        if jobs:  # a department and its team queue, unlimited: the jobs' and the sessions' queue
+            for name, parent in ((f"bench-dept-{stamp}", None), (queue, f"bench-dept-{stamp}")):
+                unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+                spec: dict[str, Any] = {"resources": {k: dict(unlimited) for k in ("gpu", "cpu", "memory")}}
+                if parent:
+                    spec["parentQueue"] = parent
+                api.create(
+                    {
+                        "apiVersion": "scheduling.run.ai/v2",
+                        "kind": "Queue",
+                        "metadata": {"name": name},
+                        "spec": spec,
+                    }
                 )
-                results[policy] = replay.run()
-            finally:
-                stop_hub(hub)
-                with contextlib.suppress(Exception):
-                    api.delete_collection("Pod", ns, grace_period=0)
-                    api.delete("Namespace", ns)
-                    wait_gone(api, ns)
-            print(f"  {results[policy]}", file=sys.stderr)
+        cfg = hub_config(policy, ns, selector, variants[policy], args.scale, args.agent_interval, queue)
+        try:
+            with hub_start:  # one at a time: free ports are picked at start, and must not collide
+                hub = start_with_retries(cfg, work / policy.replace(":", "-"))
+        except BaseException:
+            start_line.abort()  # the others do not wait for this one
+            for kind, name in (("Namespace", ns), ("Queue", queue), ("Queue", f"bench-dept-{stamp}")):
+                if name and (kind == "Namespace" or jobs):
+                    with contextlib.suppress(Exception):
+                        api.delete(kind, name)
+            raise
+        try:
+            # Concurrent replays start their clocks together, once every hub is up.
+            with contextlib.suppress(threading.BrokenBarrierError):
+                start_line.wait(timeout=600)
+            replay = Replay(
+                policy,
+                trace,
+                span,
+                activity_every,
+                args.scale,
+                hub,
+                api,
+                ns,
+                uuids,
+                load,
+                owned,
+                jobs_home=paths.homes / ns if jobs else None,
+            )
+            results[policy] = replay.run()
+        finally:
+            stop_hub(hub)
+            with contextlib.suppress(Exception):
+                api.delete_collection("Pod", ns, grace_period=0)
+                api.delete("Namespace", ns)
+                wait_gone(api, ns)
+            load.update(owned, {})
+            if jobs:
+                for name in (queue, f"bench-dept-{stamp}"):
+                    with contextlib.suppress(Exception):
+                        api.delete("Queue", name)
+        print(f"  {label(policy)}: {results[policy]}", file=sys.stderr)
+
+    try:
+        if args.sequential:
+            for policy in policies:
+                replay_one(policy)
+        else:
+            # All policies at the same time, each with its own hub, namespace and GPU: the same
+            # machine load for every policy, and the whole run takes one replay's time.
+            threads = [threading.Thread(target=replay_one, args=(p,)) for p in policies]
+            for th in threads:
+                th.start()
+                time.sleep(2)  # the hubs' starts apart
+            for th in threads:
+                th.join()
     finally:
-        load_file.write_text(load_before)
         if started:
             lc.down(paths)
+    missing = [p for p in policies if p not in results]
+    if missing:  # reported, and the others' results are still written
+        print(f"bench_idle: no result for {', '.join(missing)} (see above)", file=sys.stderr)
+    if not results:
+        return 1
+    chosen = chosen_by[policies[0]]
 
-    cmd = "tests/bench/bench_idle.py " + " ".join(
-        f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}"
-        for k, v in (
-            ("trace", args.trace),
-            ("profile", None if args.trace else args.profile),
-            ("users", args.users),
-            ("hours", args.hours),
-            ("seed", args.seed),
-            ("slots", args.slots),
-            ("scale", args.scale),
-            ("gpu_idle_limit", args.gpu_idle_limit if args.gpu_idle_limit != Limits.gpu_idle else None),
-            (
-                "gpu_idle_limit_contended",
-                args.gpu_idle_limit_contended
-                if args.gpu_idle_limit_contended != Limits.gpu_idle_contended
-                else None,
-            ),
-            ("policies", args.policies if args.policies != ",".join(POLICIES) else None),
-        )
-        if v is not None
-    )
+    cmd = "tests/bench/bench_idle.py " + shlex.join(sys.argv[1:])
     summary = idletrace.trace_summary(trace, span)
     out: dict[str, Any] = {
         "command": cmd,
@@ -712,14 +1015,21 @@ def main() -> int:
         **trace_info,
         "span_hours": span,
         "limits_hours": asdict(limits),
+        "variants_hours": {p: asdict(v) for p, v in variants.items() if v != limits},
+        "concurrent": not args.sequential,
+        "agent_interval_seconds": args.agent_interval,
+        "shape": args.shape,
         "slots": [f"{c[1]} ({c[3]})" for c in chosen],
         "scale_seconds_per_hour": args.scale,
         "trace": summary,
         "published": {k: v for k, v in PUBLISHED.items() if k in summary},
         "policies": results,
+        "missing": missing,
     }
     ratios: dict[str, dict[str, float | None]] = {}
-    for num, den in (("hub-activity", "none"), ("gpusessions", "none"), ("gpusessions", "hub-activity")):
+    pairs = [(p, "none") for p in results if p != "none"]
+    pairs += [(p, "hub-activity") for p in results if base_policy(p) == "gpusessions"]
+    for num, den in pairs:
         if num in results and den in results:
             a, b = results[num], results[den]
             ratios[f"{num}/{den}"] = {
@@ -735,10 +1045,12 @@ def main() -> int:
     out["ratios"] = ratios
 
     print(f"\ntrace: {out['trace']}; slots: {', '.join(out['slots'])}")
-    print("\n| | " + " | ".join(LABEL[p] for p in results) + " |")
+    print("\n| | " + " | ".join(label(p) for p in results) + " |")
     print("|---|" + "---|" * len(results))
     rows = (
         ("gpu_hours_held_idle", "GPU-hours held idle"),
+        ("gpu_hours_held_idle_while_someone_waits", "... of which while someone waited for a GPU"),
+        ("gpu_hours_held_idle_kept_after_stop", "... of which kept for a stopped or culled server"),
         ("gpu_hours_held_busy", "GPU-hours held busy"),
         ("gpu_hours_held_starting", "GPU-hours held while the notebook starts"),
         ("wait_for_gpu_hours", "user waiting for a GPU, hours in all"),
@@ -758,9 +1070,13 @@ def main() -> int:
         ("lost_work_gpu_hours", "lost work (GPU-hours of culled jobs)"),
         ("warnings", "warnings shown"),
         ("keeps", "of which answered with Keep by a user at the notebook"),
+        ("notebook_jobs", "notebook jobs submitted (issue 19 item 6)"),
+        ("notebook_jobs_completed", "... of which completed"),
+        ("notebook_job_queue_hours", "notebook jobs' wait in the team queue, hours in all"),
+        ("gpu_hours_held_by_notebook_jobs", "GPU-hours held by notebook jobs (counted busy)"),
     )
-    for key, label in rows:
-        print(f"| {label} | " + " | ".join(f"{r[key]:g}" for r in results.values()) + " |")
+    for key, name in rows:
+        print(f"| {name} | " + " | ".join(f"{r[key]:g}" for r in results.values()) + " |")
     if ratios:
         print(
             "\n| ratio | GPU-hours held idle | waiting for a GPU | waiting until ready "
@@ -773,7 +1089,7 @@ def main() -> int:
     print(f"\nrerun: .venv/bin/python {cmd}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
-    return 0
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":

@@ -332,8 +332,9 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
 ) -> None:
     """anna runs on the only device of the size "solo", her tab open; ben waits for that size.
     While anna's GPU is busy nothing happens; once it is idle past --gpu-idle-limit-contended
-    she is warned (the notice she would see in JupyterLab), clicks Keep, and keeps it; when the
-    keep runs out and her GPU is still idle she is warned again, culled, and ben gets the GPU."""
+    she is warned (the notice she would see in JupyterLab), clicks Keep, and keeps it; her keep
+    is for an hour (gpu_keep_extension), but while ben waits it holds only --keep-contended:
+    then, her GPU still idle, she is warned again, culled, and ben gets the GPU."""
     uuid, parent = _static_slice(api, "2g.20gb")
     selector = (
         f"device.attributes['gpu.nvidia.com'].parentUUID == {parent!r} && "
@@ -342,7 +343,7 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
     solo = (
         'EXTRA.append({"display_name": "The one 2g.20gb slice", "slug": "solo", "kubespawner_override": '
         f'{{"gpu_device_class": "mig.nvidia.com", "gpu_selectors": [{selector!r}]}}}})\n'
-        "c.GPUSessionSpawner.gpu_keep_extension = 8\n"
+        "c.GPUSessionSpawner.gpu_keep_extension = 3600\n"
     )
     args = (
         "--idle-limit",
@@ -353,6 +354,8 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
         "4",
         "--warn-before",
         "2",
+        "--keep-contended",
+        "8",
     )
     hub = culler_hub(namespace, tmp_path / "hub", args=args, config=solo)
     try:
@@ -377,10 +380,14 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
         assert "while 1 user waits for" in first[0]["reason"], first
         code, body = hub.api("POST", "/gpusessions/users/anna/keep")  # "Keep my GPU"
         assert code == 200, body
+        assert body["kept_until"] > time.time() + 3000  # an hour's keep...
+        ann = api.get("ResourceClaim", "gpu-anna", namespace)["metadata"]["annotations"]
+        assert abs(float(ann["gpusessions.io/kept-at"]) - time.time()) < 30  # ...clicked by her now
         time.sleep(5)  # within the keep: anna keeps her GPU, ben still waits
         assert _device(api, namespace, "gpu-anna") == device and not warned()
         assert _device(api, namespace, "gpu-ben") is None
-        # The keep runs out: warned again (and shown again: the expired keep no longer hides it).
+        # The keep runs out for the waiter's sake (--keep-contended): warned again, and shown
+        # again (the warning clears the keep, which would hide it).
         again = waits.wait_for(warned, 30, "anna's second warning", lambda: hub.log.read_text()[-3000:])
         assert "while 1 user waits for" in again[0]["reason"], again
         waits.wait_for(

@@ -129,3 +129,14 @@ def test_owned_by_needs_the_exact_user_and_server() -> None:
     assert not L.owned_by(md, "a-b", "")
     assert not L.owned_by(md, "a.b", "exp1")
     assert not L.owned_by({"labels": {}, "annotations": md["annotations"]}, "a.b", "")
+
+
+def test_the_agents_sampling_interval_reaches_the_holder_only_when_set() -> None:
+    plain = C.HolderSettings(image="h:1", resources={})
+    env = C.build_holder_pod("h", "ns", "c", plain, "alice", "")["spec"]["containers"][0]["env"]
+    assert "GPUSESSIONS_AGENT_INTERVAL" not in {e["name"] for e in env}  # the agent's own 2 s
+    fast = C.HolderSettings(image="h:1", resources={}, agent_interval=0.25)
+    pod = C.build_holder_pod("h", "ns", "c", fast, "alice", "")
+    _validate(pod)
+    env = pod["spec"]["containers"][0]["env"]
+    assert {"name": "GPUSESSIONS_AGENT_INTERVAL", "value": "0.25"} in env

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpusessions.culler.contention import mark_contention
@@ -18,6 +20,7 @@ from gpusessions.culler.policy import (
     Policy,
     Rules,
     decide,
+    gpu_idle_since,
 )
 from promtext import value
 
@@ -523,3 +526,102 @@ def test_contended_gpu_idle_limit_off_or_per_profile() -> None:
     per = Policy(CONTENDED.rules, per_profile={"mig-1g-10gb": {"gpu_idle_limit_contended": 7200}})
     assert decide(s, T0 + H, per).action == NONE
     assert decide(s, T0 + 2 * H, per).action == WARN
+
+
+# --- a user's "Keep my GPU" while someone waits for its size (keep_contended) ---
+KEEPING = Policy(
+    Rules(
+        idle_limit=2 * H,
+        gpu_idle_limit=4 * H,
+        gpu_idle_limit_contended=1800,
+        keep_contended=1800,
+        warn_before=900,
+    )
+)
+
+
+def test_a_users_keep_holds_only_keep_contended_while_someone_waits() -> None:
+    # anna clicked Keep my GPU at T0 + 1 h (4 h keep); her GPU stays idle; bob waits.
+    a = idle_running("anna", idle_since=T0, keep_until=T0 + 5 * H, kept_at=T0 + H)
+    now = T0 + H + 1200  # 20 min after the click: the keep holds, and does not use up the waiter
+    b = idle_running("bob", idle_since=T0 + H)
+    mark_contention([a, b, waiter()], now, KEEPING)
+    assert (a.waiters, b.waiters) == (0, 1)
+    assert decide(a, now, KEEPING).action == NONE
+    now = T0 + H + 1800  # 30 min after the click: anna is the one idle longest, and is warned
+    a.waiters = b.waiters = 0
+    mark_contention([a, b, waiter()], now, KEEPING)
+    assert (a.waiters, b.waiters) == (1, 0)
+    d = decide(a, now, KEEPING)
+    assert d.action == WARN and d.rule == "gpu-idle-contended"
+    assert d.at == now + 900  # the warning stands its full lead before the cull
+    a.warned_at, a.keep_until, a.kept_at = now, None, None  # the warning clears the keep
+    assert decide(a, now + 900, KEEPING).action == CULL
+
+
+def test_a_users_keep_holds_its_full_length_when_nobody_waits() -> None:
+    a = idle_running("anna", idle_since=T0, keep_until=T0 + 5 * H, kept_at=T0 + H)
+    mark_contention([a], T0 + 4 * H, KEEPING)
+    assert a.waiters == 0
+    assert decide(a, T0 + 4 * H, KEEPING).action == NONE
+
+
+def test_an_admins_keep_holds_even_while_someone_waits() -> None:
+    a = idle_running("anna", idle_since=T0, keep_until=T0 + 24 * H)  # no kept_at: an admin's keep
+    mark_contention([a, waiter()], T0 + 5 * H, KEEPING)
+    assert a.waiters == 0
+    a.waiters = 1  # even if marked
+    assert decide(a, T0 + 5 * H, KEEPING).action == NONE
+
+
+def test_keep_contended_off_or_per_profile() -> None:
+    off = Policy(dataclasses.replace(KEEPING.rules, keep_contended=0))
+    a = idle_running("anna", idle_since=T0, keep_until=T0 + 5 * H, kept_at=T0 + H)
+    mark_contention([a, waiter()], T0 + 3 * H, off)
+    assert a.waiters == 0 and decide(a, T0 + 3 * H, off).action == NONE
+    per = Policy(KEEPING.rules, per_profile={"mig-1g-10gb": {"keep_contended": 3 * H}})
+    mark_contention([a, waiter()], T0 + 3 * H, per)
+    assert a.waiters == 0 and decide(a, T0 + 3 * H, per).action == NONE
+    mark_contention([a, waiter()], T0 + 4 * H, per)
+    assert a.waiters == 1 and decide(a, T0 + 4 * H, per).action == WARN
+
+
+def test_a_stopped_servers_user_keep_also_yields_to_a_waiter_after_keep_contended() -> None:
+    kept = stopped(
+        claim="gpu-k", user="k", profile="mig-1g-10gb", request="h1g", keep_until=T0 + 10 * H, kept_at=T0
+    )
+    mark_contention([kept, waiter()], T0 + 600, KEEPING)
+    assert kept.waiters == 0 and decide(kept, T0 + 600, KEEPING).action == NONE
+    mark_contention([kept, waiter()], T0 + 1800, KEEPING)
+    assert kept.waiters == 1
+    assert decide(kept, T0 + 1800, KEEPING).action in (WARN, RELEASE)
+
+
+def test_a_kept_session_that_stops_is_still_noted_stopped_and_yields_after_keep_contended() -> None:
+    # user6 clicked Keep (4 h), then stopped her server while others wait: the stop is noted at
+    # once (before issue 17's fix the keep hid it, and her GPU stayed 4 h while others waited).
+    s = stopped(claim="gpu-k", user="k", stopped_since=None, keep_until=T0 + 4 * H, kept_at=T0)
+    d = decide(s, T0 + 60, KEEPING)
+    assert d.action == MARK_STOPPED
+    s.stopped_since = T0 + 60
+    mark_contention([s, waiter()], T0 + 120, KEEPING)
+    assert s.waiters == 0 and decide(s, T0 + 120, KEEPING).action == NONE  # within keep_contended
+    mark_contention([s, waiter()], T0 + 1800, KEEPING)
+    assert s.waiters == 1
+    d = decide(s, T0 + 1800, KEEPING)
+    assert d.action == WARN and d.rule == "stopped-contended"
+    again = running(keep_until=T0 + 4 * H, kept_at=T0, stopped_since=T0 + 60)  # started again
+    assert decide(again, T0 + 1800, KEEPING).action == CLEAR_STOPPED
+
+
+def test_a_server_started_on_a_kept_gpu_counts_its_gpu_idle_time_from_the_start() -> None:
+    # The GPU was last busy 5 h ago (kept while the server was stopped); the server started
+    # 1 min ago: its GPU has been idle 1 min for the culler, not 5 h.
+    s = idle_running(idle_since=T0, server_started=T0 + 5 * H - 60)
+    mark_contention([s], T0 + 5 * H, CONTENDED)
+    assert decide(s, T0 + 5 * H, CONTENDED).action == NONE  # not the 4 h GPU-idle limit
+    s.waiters = 1
+    d = decide(s, T0 + 5 * H, CONTENDED)
+    assert d.action == NONE and d.at == T0 + 5 * H - 60 + 1800  # 30 min from the start
+    s.running = False  # stopped again: the start no longer counts
+    assert gpu_idle_since(s) == T0

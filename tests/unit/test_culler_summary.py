@@ -69,3 +69,11 @@ def test_the_policy_in_words_carries_this_cullers_settings() -> None:
     assert p["per_profile"] == {"a100": {"gpu_idle_limit_contended": 600}}
     off = " ".join(policy(Policy(Rules(gpu_idle_limit_contended=0)))["lines"])
     assert "culled after off" not in off and "while another user waits" not in off.lower()
+
+
+def test_the_policy_in_words_says_how_long_a_users_keep_holds_while_someone_waits() -> None:
+    p = policy(Policy(Rules(keep_contended=900)))
+    assert "a user's Keep my GPU holds 15 min" in " ".join(p["lines"])
+    assert p["settings"]["keep_contended"] == 900
+    off = " ".join(policy(Policy(Rules(keep_contended=0)))["lines"])
+    assert "a user's Keep my GPU holds" not in off

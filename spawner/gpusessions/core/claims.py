@@ -150,6 +150,7 @@ class HolderSettings:
     image_pull_secrets: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     agent_token_secret: str | None = None  # Secret (key "token") the agent requires on its API
+    agent_interval: float = 0.0  # seconds between the agent's NVML samples (0: the agent's default, 2 s)
 
 
 def build_holder_pod(
@@ -186,6 +187,10 @@ def build_holder_pod(
     }
     if settings.agent_token_secret:
         container["env"].append(token_env("GPUSESSIONS_AGENT_TOKEN", settings.agent_token_secret))
+    if settings.agent_interval > 0:
+        container["env"].append(
+            {"name": "GPUSESSIONS_AGENT_INTERVAL", "value": f"{settings.agent_interval:g}"}
+        )
     if settings.args:
         container["args"] = list(settings.args)
     if settings.image_pull_policy:

@@ -39,6 +39,9 @@ HOLDERS = f"{MANAGED_BY}={MANAGER},{COMPONENT}=holder"
 # The culler's memory of a session, in annotations on its claim (the hub reads and clears them
 # when a user answers the culler's warning).
 KEEP_UNTIL = "gpusessions.io/keep-until"
+# When the user answered a warning with "Keep my GPU" (an admin's exemption has none): while
+# someone waits for that size the culler honours a user's keep only `keep_contended` from here.
+KEPT_AT = "gpusessions.io/kept-at"
 WARNED_AT = "gpusessions.io/warned-at"
 STOPPED_SINCE = "gpusessions.io/stopped-since"
 CULL_AT = "gpusessions.io/cull-at"

@@ -89,6 +89,11 @@ class CullerApp(Application):
         "cull after the GPU alone was idle this long while another user waits for that GPU size "
         "and no kept GPU serves them (0: off)",
     )
+    keep_contended = _rule(
+        "keep_contended",
+        "a user's Keep my GPU holds only this long after the click while another user waits for "
+        "that GPU size (0: its full length; an admin's keep always holds)",
+    )
     max_age = _rule("max_age", "end any session this old (0: off)")
     warn_before = _rule("warn_before", "warn this long before a cull")
     orphan_grace = _rule("orphan_grace", "release orphan claims this old")
@@ -120,6 +125,7 @@ class CullerApp(Application):
         "idle-limit": "CullerApp.idle_limit",
         "gpu-idle-limit": "CullerApp.gpu_idle_limit",
         "gpu-idle-limit-contended": "CullerApp.gpu_idle_limit_contended",
+        "keep-contended": "CullerApp.keep_contended",
         "max-age": "CullerApp.max_age",
         "warn-before": "CullerApp.warn_before",
         "orphan-grace": "CullerApp.orphan_grace",

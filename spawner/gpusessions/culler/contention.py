@@ -13,7 +13,7 @@ those stopped longest first: one waiter does not cost three users their kept GPU
 left over after the kept GPUs mark running sessions of the same request whose GPU is idle
 (no busy reading from a reliable agent), those idle longest first: the policy may reclaim
 them after `gpu_idle_limit_contended`. A session exempt ("keep until") or with a busy GPU
-is never marked.
+is never marked; a user's "Keep my GPU" exempts only `keep_contended` after the click.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 
 from gpusessions.culler.model import Session
-from gpusessions.culler.policy import gpu_idle_since
+from gpusessions.culler.policy import Policy, gpu_idle_since
 
 
 def request_key(s: Session) -> str:
@@ -40,7 +40,16 @@ def is_waiter(s: Session) -> bool:
     )
 
 
-def _kept(s: Session, now: float) -> bool:
+def _exempt(s: Session, now: float, policy: Policy | None) -> bool:
+    """An exemption that holds even while someone waits (an admin's keep, or a user's keep
+    clicked less than `keep_contended` ago)."""
+    if s.keep_until is None or s.keep_until <= now:
+        return False
+    limit = (policy.for_profile(s.profile) if policy else Policy().rules).keep_contended
+    return s.kept_at is None or limit <= 0 or now < s.kept_at + limit
+
+
+def _kept(s: Session, now: float, policy: Policy | None = None) -> bool:
     """A stopped server's kept GPU that the culler may release (not exempt, not going already)."""
     return (
         s.hub_server
@@ -50,11 +59,11 @@ def _kept(s: Session, now: float) -> bool:
         and not s.deleting
         and not s.node_gone
         and s.stopped_since is not None
-        and (s.keep_until is None or s.keep_until <= now)
+        and not _exempt(s, now, policy)
     )
 
 
-def _running(s: Session, now: float) -> bool:
+def _running(s: Session, now: float, policy: Policy | None = None) -> bool:
     """A running server's GPU that the culler may reclaim (not exempt, not going already)."""
     return (
         s.hub_server
@@ -63,21 +72,23 @@ def _running(s: Session, now: float) -> bool:
         and s.allocated
         and not s.deleting
         and not s.node_gone
-        and (s.keep_until is None or s.keep_until <= now)
+        and not _exempt(s, now, policy)
     )
 
 
-def mark_contention(sessions: list[Session], now: float) -> Counter[str]:
+def mark_contention(sessions: list[Session], now: float, policy: Policy | None = None) -> Counter[str]:
     """Set `waiters` on the stopped sessions whose GPU a waiter could use; returns waiters by request."""
     waiters = Counter(request_key(s) for s in sessions if is_waiter(s))
     left = Counter(waiters)
-    for s in sorted((s for s in sessions if _kept(s, now)), key=lambda s: s.stopped_since or 0.0):
+    for s in sorted((s for s in sessions if _kept(s, now, policy)), key=lambda s: s.stopped_since or 0.0):
         s.waiters = 0
         key = request_key(s)
         if key and left[key] > 0:
             left[key] -= 1
             s.waiters = waiters[key]
-    idle = [(since, s) for s in sessions if _running(s, now) and (since := gpu_idle_since(s)) is not None]
+    idle = [
+        (since, s) for s in sessions if _running(s, now, policy) and (since := gpu_idle_since(s)) is not None
+    ]
     for _since, s in sorted(idle, key=lambda x: x[0]):
         s.waiters = 0
         key = request_key(s)

@@ -26,6 +26,7 @@ from gpusessions.culler.model import (
     CULL_AT,
     CULL_REASON,
     KEEP_UNTIL,
+    KEPT_AT,
     STOPPED_SINCE,
     WARNED_AT,
     Session,
@@ -59,6 +60,7 @@ class Culler:
     policy: Policy
     agent_token: str | None = None
     agent_timeout: float = 2.0
+    max_actions: int = 16  # actions (warnings, culls, releases) of one cycle running at once
     sessions: list[Session] = field(default_factory=list)
     decisions: dict[str, Decision] = field(default_factory=dict)
     actions: Counter[str] = field(default_factory=Counter)
@@ -120,13 +122,17 @@ class Culler:
                     held = dt * max(1, len(s.devices))
                     self.idle_gpu_seconds[s.profile] = self.idle_gpu_seconds.get(s.profile, 0.0) + held
             self.history.observe(now, sessions, dt)
-        mark_contention(sessions, now)
-        out = []
-        for s in sessions:
-            d = decide(s, now, self.policy)
-            out.append((s, d))
-            if d.action != NONE:
+        mark_contention(sessions, now, self.policy)
+        out = [(s, decide(s, now, self.policy)) for s in sessions]
+        # Actions run side by side (at most `max_actions` at once): a server that is slow to stop
+        # (the hub answers a stop after up to 10 s) does not hold up the other warnings and culls.
+        gate = asyncio.Semaphore(self.max_actions)
+
+        async def act(s: Session, d: Decision) -> None:
+            async with gate:
                 await self._act(s, d, now)
+
+        await asyncio.gather(*(act(s, d) for s, d in out if d.action != NONE))
         for h in orphan_holders:
             md = h["metadata"]
             self._log("orphan-holder", f"{md['namespace']}/{md['name']}", "holder pod without its claim")
@@ -181,11 +187,16 @@ class Culler:
             }
             if s.keep_until is not None:
                 warning[KEEP_UNTIL] = None
+                warning[KEPT_AT] = None
             await self.cluster.annotate(s.namespace, s.claim, warning)
         elif d.action == CULL:
             self.culls[d.rule or "idle"] += 1
-            await self.hub.stop_server(s.user or "", s.server or "")
-            await self.cluster.release(s.namespace, s.claim, s.holder)
+            # The holder and the claim go while the hub stops the server (not after its answer,
+            # which may take 10 s): the GPU is free as soon as the notebook pod is gone.
+            await asyncio.gather(
+                self.hub.stop_server(s.user or "", s.server or ""),
+                self.cluster.release(s.namespace, s.claim, s.holder),
+            )
         elif d.action == NODE_GONE:
             self.culls["node-gone"] += 1
             if s.running or s.pending:
@@ -255,7 +266,10 @@ class Culler:
 
     async def keep(self, namespace: str, claim: str, until: float) -> None:
         await self.cluster.annotate(
-            namespace, claim, {KEEP_UNTIL: str(until), WARNED_AT: None, CULL_AT: None, CULL_REASON: None}
+            namespace,
+            claim,
+            # An admin's keep is an exemption: no kept-at, so no contended limit on it.
+            {KEEP_UNTIL: str(until), KEPT_AT: None, WARNED_AT: None, CULL_AT: None, CULL_REASON: None},
         )
 
     async def release(self, namespace: str, claim: str) -> bool:

@@ -11,6 +11,7 @@ from gpusessions.core.claims import allocated_devices, allocated_node, allocatio
 from gpusessions.core.labels import CULL_AT as CULL_AT
 from gpusessions.core.labels import CULL_REASON as CULL_REASON
 from gpusessions.core.labels import KEEP_UNTIL as KEEP_UNTIL
+from gpusessions.core.labels import KEPT_AT as KEPT_AT
 from gpusessions.core.labels import STOPPED_SINCE as STOPPED_SINCE
 from gpusessions.core.labels import WARNED_AT as WARNED_AT
 
@@ -62,6 +63,7 @@ class Session:
     running: bool = False
     pending: str | None = None
     notebook_last_activity: float | None = None
+    server_started: float | None = None  # when the hub started the running server
     # from the agent
     gpu: list[Obj] = field(default_factory=list)
     gpu_error: str | None = None
@@ -70,6 +72,7 @@ class Session:
     kernels_error: str | None = None
     # from the claim's annotations (the culler's memory across restarts)
     keep_until: float | None = None
+    kept_at: float | None = None  # when the user clicked Keep my GPU (None: an admin's exemption)
     warned_at: float | None = None
     stopped_since: float | None = None
     # from the other sessions (contention.py): users waiting for this stopped session's size
@@ -122,6 +125,7 @@ def session_from_claim(claim: Obj) -> Session:
         node=allocated_node(claim),
         devices=[f"{p}/{d}" for _, p, d in allocated_devices(claim)],
         keep_until=_ts(ann.get(KEEP_UNTIL)),
+        kept_at=_ts(ann.get(KEPT_AT)),
         warned_at=_ts(ann.get(WARNED_AT)),
         stopped_since=_ts(ann.get(STOPPED_SINCE)),
     )
@@ -172,6 +176,7 @@ def join(claims: list[Obj], holders: list[Obj], hub_users: list[Obj]) -> tuple[l
                 s.running = bool(srv.get("ready"))
                 s.pending = srv.get("pending")
                 s.notebook_last_activity = parse_time(srv.get("last_activity"))
+                s.server_started = parse_time(srv.get("started"))
             elif not s.server:
                 # The default server always exists for a user, stopped or not.
                 s.hub_server = True

@@ -19,7 +19,9 @@
 - `max_age` (0: off) ends any session that old.
 - Every cull is announced first: a warning at least `warn_before` seconds
   before it; activity after the warning clears it.
-- `keep_until` (an admin's or the user's exemption) holds everything.
+- `keep_until` (an admin's or the user's exemption) holds everything; but a user's "Keep my
+  GPU" (the claim says when: `kept_at`) holds only `keep_contended` seconds (0: its full
+  length) while another user waits for a GPU of the same request (see contention.py).
 - Orphans (no hub user or server for the claim) are released after `orphan_grace`.
 - A session whose node is gone is stopped and released at once (exemptions do not hold it).
 - Per-profile overrides change any of these; `dry_run` decides but never acts.
@@ -55,7 +57,8 @@ class Rules:
     orphan_grace: float = 300.0
     stopped_keep_contended: float = 300.0
     gpu_idle_limit: float = 14400.0
-    gpu_idle_limit_contended: float = 1800.0
+    gpu_idle_limit_contended: float = 300.0
+    keep_contended: float = 600.0
 
     def merged(self, override: dict[str, Any]) -> Rules:
         known = {f.name for f in dataclasses.fields(self)}
@@ -105,8 +108,23 @@ def gpu_idle_since(s: Session) -> float | None:
     if s.gpu_busy_now or not s.gpu_known or any(d.get("error") for d in s.gpu):
         return None
     # The agent forgets its last busy time when it restarts: count from that start at the earliest.
-    marks = [t for t in (s.gpu_last_busy, s.created, s.holder_started) if t is not None]
+    # A server (re)started on a kept GPU counts from its start: the user had no chance to use it.
+    started = s.server_started if s.running else None
+    marks = [t for t in (s.gpu_last_busy, s.created, s.holder_started, started) if t is not None]
     return max(marks) if marks else None
+
+
+def keep_holds(s: Session, now: float, r: Rules) -> bool:
+    """Whether the session's exemption ("keep until") holds now.
+
+    An admin's keep (no `kept_at`) holds to its end. A user's Keep my GPU holds to its end too,
+    except while someone waits for a GPU of its request (`waiters`, from contention.py): then
+    only `keep_contended` seconds after the click (0: to its end)."""
+    if s.keep_until is None or s.keep_until <= now:
+        return False
+    if s.kept_at is not None and s.waiters and r.keep_contended > 0:
+        return now < s.kept_at + r.keep_contended
+    return True
 
 
 def _users(n: int) -> str:
@@ -118,7 +136,14 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
     if s.node_gone:
         # The GPU went with its node: nothing to keep, no warning to give.
         return Decision(NODE_GONE, f"the node of this GPU ({s.node}) is gone")
-    if s.keep_until is not None and s.keep_until > now:
+    if keep_holds(s, now, r):
+        # The stop is still noted (bookkeeping, not a cull): a kept GPU of a stopped server must
+        # count from its stop once the keep no longer holds (while someone waits, keep_contended).
+        if s.hub_user and s.hub_server and not s.pending:
+            if s.running and s.stopped_since is not None:
+                return Decision(CLEAR_STOPPED, "server runs again")
+            if not s.running and s.stopped_since is None:
+                return Decision(MARK_STOPPED, "server stopped: the GPU is kept (exemption)")
         return Decision(NONE, f"kept until {s.keep_until:.0f} (exemption)")
     if not s.hub_user or not s.hub_server:
         age = now - (s.created or now)

@@ -81,6 +81,11 @@ def policy(p: Policy) -> dict[str, Any]:
             f"session whose GPU has been idle longest is culled after {_dur(r.gpu_idle_limit_contended)} "
             "of GPU idleness instead: one per waiter."
         )
+    if r.keep_contended > 0:
+        lines.append(
+            f"While someone waits for that size, a user's Keep my GPU holds {_dur(r.keep_contended)} "
+            "(then, if the GPU is still idle, a new warning); an admin's keep always holds."
+        )
     keep = f"A stopped server keeps its GPU {_limit(r.stopped_keep)}"
     if 0 < r.stopped_keep_contended < r.stopped_keep:
         keep += f"; only {_dur(r.stopped_keep_contended)} while someone waits for that size"
@@ -101,6 +106,7 @@ def policy(p: Policy) -> dict[str, Any]:
             "gpu_idle_limit_contended": r.gpu_idle_limit_contended,
             "stopped_keep": r.stopped_keep,
             "stopped_keep_contended": r.stopped_keep_contended,
+            "keep_contended": r.keep_contended,
             "warn_before": r.warn_before,
             "max_age": r.max_age,
         },

@@ -143,11 +143,18 @@ class KeepHandler(APIHandler):
         state = spawner.get_state().get("gpusessions") or {}
         if not state.get("claim"):
             raise web.HTTPError(404, "This server holds no GPU.")
-        until = time.time() + float(getattr(spawner, "gpu_keep_extension", 4 * 3600))
+        now = time.time()
+        until = now + float(getattr(spawner, "gpu_keep_extension", 4 * 3600))
         ok = await SessionAPI().annotate_claim(
             state["namespace"],
             state["claim"],
-            {L.KEEP_UNTIL: str(until), L.WARNED_AT: None, L.CULL_AT: None, L.CULL_REASON: None},
+            {
+                L.KEEP_UNTIL: str(until),
+                L.KEPT_AT: str(now),
+                L.WARNED_AT: None,
+                L.CULL_AT: None,
+                L.CULL_REASON: None,
+            },
         )
         if not ok:
             raise web.HTTPError(404, "The GPU was already released.")

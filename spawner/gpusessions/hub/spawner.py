@@ -158,6 +158,14 @@ class GPUSessionSpawner(KubeSpawner):
         (`configure_culler(..., agent_token=...)`). Empty: the agent's API is open to anyone who
         can reach the holder pod (its NetworkPolicy aside).""",
     )
+    agent_interval = Float(
+        0.0,
+        config=True,
+        help="""Seconds between the holder's GPU agent's NVML samples (its
+        `GPUSESSIONS_AGENT_INTERVAL`); 0 leaves the agent's default, 2 s. The culler sees GPU
+        work that began less than one sample ago as idle; a shorter interval costs the agent
+        a little CPU per holder.""",
+    )
     holder_resources = Dict(
         {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
         config=True,
@@ -385,6 +393,7 @@ class GPUSessionSpawner(KubeSpawner):
             priority_class=(queued.priority_class if queued else self.priority_class_name) or None,
             image_pull_policy=self.image_pull_policy or None,
             agent_token_secret=self.agent_token_secret or None,
+            agent_interval=self.agent_interval,
         )
 
     def _kernel_settings(self) -> K.KernelSettings:
