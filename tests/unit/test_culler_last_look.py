@@ -9,6 +9,8 @@ from gpusessions.culler.cycle import Culler
 from gpusessions.culler.model import Session
 from gpusessions.culler.policy import CULL, WARN, Decision, Policy
 
+from .sessionfactory import make_session
+
 T0 = 1_000_000_000.0
 
 
@@ -33,23 +35,9 @@ class Cluster:
 
 
 def session(**kw: Any) -> Session:
-    base: dict[str, Any] = dict(
-        namespace="ns",
-        claim="gpu-a",
-        user="a",
-        server="",
-        created=T0,
-        allocated=True,
-        hub_user=True,
-        hub_server=True,
-        running=True,
-        profile="p",
-        request="h",
-        size="MIG 1g.10gb",
-        gpu=[{"uuid": "MIG-x", "busy": False, "last_busy": T0}],
-    )
-    base.update(kw)
-    return Session(**base)
+    a_mig_slice = dict(profile="p", request="h", size="MIG 1g.10gb")
+    gpu = [{"uuid": "MIG-x", "busy": False, "last_busy": T0}]
+    return make_session(T0, **{"running": True, **a_mig_slice, "gpu": gpu, **kw})
 
 
 def culler(busy_on_second_look: bool) -> tuple[Culler, Hub, Cluster]:

@@ -24,6 +24,8 @@ from gpusessions.culler.policy import (
 )
 from promtext import value
 
+from .sessionfactory import make_session
+
 H = 3600.0
 RULES = Rules(stopped_keep=H, idle_limit=2 * H, max_age=0, warn_before=600, orphan_grace=300)
 POLICY = Policy(RULES)
@@ -31,20 +33,7 @@ T0 = 1_000_000.0
 
 
 def running(**kw: object) -> Session:
-    base = dict(
-        namespace="ns",
-        claim="gpu-a",
-        user="a",
-        server="",
-        created=T0,
-        allocated=True,
-        hub_user=True,
-        hub_server=True,
-        running=True,
-        notebook_last_activity=T0,
-    )
-    base.update(kw)
-    return Session(**base)  # type: ignore[arg-type]
+    return make_session(T0, **{"running": True, "notebook_last_activity": T0, **kw})
 
 
 def gpu(busy: bool = False, last_busy: float | None = None) -> list[dict]:

@@ -7,24 +7,15 @@ from gpusessions.culler.model import Session
 from gpusessions.culler.policy import Decision, Policy, Rules
 from gpusessions.culler.summary import policy, reclaimed_seconds, record
 
+from .sessionfactory import make_session
+
 H = 3600.0
 T0 = 1_000_000_000.0
 RULES = Rules(idle_limit=2 * H, gpu_idle_limit=4 * H, gpu_idle_limit_contended=1800, stopped_keep=H)
 
 
 def session(**kw: object) -> Session:
-    base: dict[str, object] = dict(
-        namespace="ns",
-        claim="gpu-a",
-        user="a",
-        server="",
-        created=T0,
-        allocated=True,
-        hub_user=True,
-        hub_server=True,
-    )
-    base.update(kw)
-    return Session(**base)  # type: ignore[arg-type]
+    return make_session(T0, **kw)
 
 
 def test_a_contended_cull_counts_the_time_left_to_the_plain_limit() -> None:
