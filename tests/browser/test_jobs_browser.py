@@ -81,6 +81,12 @@ def test_a_job_from_the_file_browser_completes_and_opens(
         timeout=30000
     )
     shot(page, "jobs-6-output")
+    # Its log (papermill's output, through the hub): one more output file of the row.
+    page.locator(".lm-TabBar-tab").filter(has_text=re.compile("^Jobs$")).first.click()
+    row.first.get_by_text("Log", exact=True).click()
+    expect(page.locator(".lm-TabBar-tab").filter(has_text="train.log").last).to_be_visible(timeout=30000)
+    expect(page.locator(".cm-content").filter(has_text="Output Notebook:").first).to_be_visible(timeout=30000)
+    shot(page, "jobs-7-log")
     page.close()
 
 

@@ -336,6 +336,15 @@ def test_jupyterlab_creates_a_job_through_jupyter_scheduler(
     assert f"Queue {team}, priority train" in done["status_message"], done
     nb = next(f for f in done["job_files"] if f["file_format"] == "ipynb")
     assert nb["file_path"] == f"jobs/{job_id}/lab.ipynb" and done["downloaded"]
+    # Its log (papermill's output, from the job's pod through the hub) is one more output file.
+    log = next(f for f in done["job_files"] if f["file_format"] == "log")
+    assert (log["display_name"], log["file_path"]) == ("Log", f"jobs/{job_id}/lab.log"), done
+    text = (home / log["file_path"]).read_text()
+    assert "Input Notebook:  lab.ipynb" in text and f"Output Notebook: jobs/{job_id}/lab.ipynb" in text, text
+    # "Download output files" fetches it again (the outputs are in the home already).
+    (home / log["file_path"]).unlink()
+    assert lab(hub, "GET", f"/jobs/nbjob-{job_id}/download_files")[0] == 204
+    assert "Output Notebook:" in (home / log["file_path"]).read_text()
     assert (home / "done.txt").read_text() == f"lab 2 {job_id}"  # typed parameters: 2, not "2"
     _, listed = lab(hub, "GET", "/jobs")
     assert [j["job_id"] for j in listed["jobs"]] == [f"nbjob-{job_id}"]

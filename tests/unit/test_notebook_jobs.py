@@ -201,3 +201,87 @@ def test_a_schedule_is_a_hub_job_definition(tmp_path: Path, monkeypatch: pytest.
     assert jobs.jobs[0].job_definition_id == "nbdef-abc123def456"
     asyncio.run(s.delete_job_definition("nbdef-abc123def456"))
     assert sent[-1] == ("DELETE", "jobdefinitions/abc123def456", None)
+
+
+def test_the_jobs_log_is_one_more_output_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub_job = {
+        "id": "abc123def456",
+        "name": "t",
+        "input": "work/t.ipynb",
+        "size": "cpu",
+        "output_dir": "jobs/abc123def456",
+        "outputs": {"ipynb": "jobs/abc123def456/t.ipynb"},
+        "created": "2026-01-01T00:00:00Z",
+        "state": "queued",
+    }
+    logs = {"text": "Input Notebook:  work/t.ipynb\n"}
+    sent: list[Any] = []
+
+    async def hub_call(method: str, action: str, body: Any = None, relay: Any = None) -> Any:
+        sent.append(action)
+        if action == "jobs":
+            return {"jobs": [hub_job]}
+        if action.endswith("/log"):
+            return {"id": hub_job["id"], "pod": "p", "log": logs["text"], "message": ""}
+        return hub_job
+
+    monkeypatch.setattr(NJ, "hub_call", hub_call)
+    s = scheduler(tmp_path)
+    log = tmp_path / "jobs" / "abc123def456" / "t.log"
+
+    # Queued, never started: no log asked for, the file is listed without a path.
+    d = asyncio.run(s.get_job("nbjob-abc123def456"))
+    assert sent == ["jobs/abc123def456"] and not log.exists()
+    assert [(f.display_name, f.file_format, f.file_path) for f in d.job_files] == [
+        ("Notebook", "ipynb", None),
+        ("Log", "log", None),
+        ("Input", "input", "work/t.ipynb"),
+    ]
+    # (a queued job's missing log does not make it "not downloaded": the notebook does)
+    (tmp_path / "jobs" / "abc123def456").mkdir(parents=True)
+    (tmp_path / "jobs" / "abc123def456" / "t.ipynb").write_text("{}")
+    assert asyncio.run(s.get_job("nbjob-abc123def456")).downloaded
+
+    # Running: opening the job writes what the hub has so far, next to the notebook.
+    hub_job["state"] = "running"
+    d = asyncio.run(s.get_job("nbjob-abc123def456"))
+    assert sent[-1] == "jobs/abc123def456/log"
+    assert log.read_text() == "Input Notebook:  work/t.ipynb\n"
+    assert next(f for f in d.job_files if f.file_format == "log").file_path == "jobs/abc123def456/t.log"
+    # Listing a running job asks the hub once (the jobs), not for each log.
+    n = len(sent)
+    asyncio.run(s.list_jobs(ListJobsQuery()))
+    assert sent[n:] == ["jobs"]
+
+    # Finished after the log was written: the list refreshes it once, not at every poll.
+    hub_job.update(state="completed", completion_time="2099-01-01T00:00:00Z")
+    logs["text"] += "Output Notebook: jobs/abc123def456/t.ipynb\n"
+    listed = asyncio.run(s.list_jobs(ListJobsQuery()))
+    assert sent[n + 1 :] == ["jobs", "jobs/abc123def456/log"]
+    assert "Output Notebook:" in log.read_text()
+    assert listed.jobs[0].job_files[1].file_path == "jobs/abc123def456/t.log"
+    asyncio.run(s.list_jobs(ListJobsQuery()))
+    assert sent[-1] == "jobs"
+
+    # The pod is gone: the hub has no log any more, the copy stays; "download" refreshes it.
+    logs["text"] = ""
+    asyncio.run(NJ.GPUJobFilesManager(scheduler=s).copy_from_staging("nbjob-abc123def456"))
+    assert sent[-1] == "jobs/abc123def456/log" and "Output Notebook:" in log.read_text()
+
+
+def test_where_the_log_goes_and_when_the_list_rewrites_it() -> None:
+    job = {"id": "x", "input": "a/b/t.ipynb", "output_dir": "jobs/x", "state": "completed"}
+    assert NJ.log_path(job) == "jobs/x/t.log"
+    assert NJ.log_path({**job, "output_dir": None, "outputs": {"ipynb": "jobs/x/t.worker-0.ipynb"}}) == (
+        "jobs/x/t.log"
+    )
+    assert NJ.log_path({**job, "output_dir": "../elsewhere"}) is None
+    assert NJ.log_path({**job, "output_dir": "/etc"}) is None
+    assert NJ.log_path({**job, "output_dir": ""}) is None
+    end = {**job, "completion_time": "2026-01-01T00:00:10Z"}
+    ended_ms = 1767225610000
+    assert NJ.log_is_stale(end, None) and NJ.log_is_stale(end, ended_ms - 1)
+    assert not NJ.log_is_stale(end, ended_ms + 1)
+    assert NJ.log_is_stale({**job, "state": "failed"}, None)
+    assert not NJ.log_is_stale({**job, "state": "failed"}, 1.0)  # no end time: written once is enough
+    assert not NJ.log_is_stale({**job, "state": "running"}, None)

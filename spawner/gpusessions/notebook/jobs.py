@@ -12,6 +12,9 @@ Enabled by `jupyter-config/gpusessions.json` (installed with the package):
   the hub checks it and creates the Job. The notebook runs with papermill in its own pod and
   writes the executed notebook to `jobs/<id>/` in the home, which the Notebook Jobs panel
   links to (nothing to download). The job outlives this server.
+- The job's log (papermill's output, `GET .../jobs/<id>/log`) is one more output file of the
+  job, `jobs/<id>/<notebook>.log`, written by this server: refreshed each time the panel opens
+  the job (or its files are downloaded), and once after the job ends when the list shows it.
 - States: queued (with the scheduler's reason), in progress, completed, failed; a preempted
   job shows "Preempted N time(s) ..., requeued" while it waits again.
 - Schedules ("Run on a schedule": job definitions) are the hub's job definitions
@@ -22,6 +25,7 @@ Enabled by `jupyter-config/gpusessions.json` (installed with the package):
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import os
@@ -30,6 +34,7 @@ from typing import Any
 
 from jupyter_scheduler.environments import EnvironmentManager
 from jupyter_scheduler.exceptions import SchedulerError
+from jupyter_scheduler.job_files_manager import JobFilesManager
 from jupyter_scheduler.models import (
     CountJobsQuery,
     CreateJob,
@@ -61,6 +66,8 @@ STATES = {
     "failed": Status.FAILED,
     "stopped": Status.STOPPED,
 }
+FINISHED = ("completed", "failed")
+LOG_FORMAT = "log"
 NEEDS_SCHEDULE = "A job definition needs a schedule (a cron expression such as '0 2 * * *')."
 
 
@@ -165,6 +172,38 @@ def _ms(iso: Any) -> int | None:
         return None
 
 
+def log_path(j: dict[str, Any]) -> str | None:
+    """Where the job's log is written, relative to the home: next to its executed notebook
+    (`jobs/<id>/<notebook>.log`); None for a folder that is not under the home."""
+    folder = j.get("output_dir") or posixpath.dirname((j.get("outputs") or {}).get("ipynb") or "")
+    stem = posixpath.basename(j.get("input") or "notebook.ipynb").removesuffix(".ipynb")
+    path = posixpath.normpath(posixpath.join(folder, f"{stem}.log"))
+    if not folder or path.startswith(("/", "../")):
+        return None
+    return path
+
+
+def log_is_stale(j: dict[str, Any], written_ms: float | None) -> bool:
+    """Whether the jobs list should (re)write a job's log: a finished job's, when it was not
+    written yet or was written before the job ended (a running job's is refreshed only when
+    the job itself is opened, so listing stays one hub call)."""
+    if j.get("state") not in FINISHED:
+        return False
+    if written_ms is None:
+        return True
+    ended = _ms(j.get("completion_time"))
+    return ended is not None and written_ms < ended
+
+
+def save_text(full: str, text: str) -> None:
+    """Write a file whole (a reader never sees half of it), making its folder."""
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    tmp = f"{full}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, full)
+
+
 def _common(j: dict[str, Any]) -> dict[str, Any]:
     """What a job and a definition show alike, from the hub's answer."""
     return {
@@ -190,6 +229,7 @@ class GPUJobsScheduler(BaseScheduler):
         super().__init__(
             root_dir=root_dir, environments_manager=environments_manager, config=config, **kwargs
         )
+        self._asked_after_end: set[str] = set()
 
     # -- jobs -------------------------------------------------------------------------------
     async def create_job(self, model: CreateJob) -> str:
@@ -240,6 +280,14 @@ class GPUJobsScheduler(BaseScheduler):
                     file_path=path if self.file_exists(path) else None,
                 )
             )
+        log = log_path(j)
+        files.append(
+            JobFile(
+                display_name="Log",
+                file_format=LOG_FORMAT,
+                file_path=log if log and self.file_exists(log) else None,
+            )
+        )
         files.append(JobFile(display_name="Input", file_format="input", file_path=j.get("input")))
         status = STATES.get(j.get("state", ""), Status.QUEUED)
         message = j.get("message") or ""
@@ -263,11 +311,45 @@ class GPUJobsScheduler(BaseScheduler):
             status=status,
             status_message=message.strip(),
             job_files=files,
-            downloaded=all(f.file_path for f in files),
+            # The log may never be readable (no pod yet, or gone): it does not count here.
+            downloaded=all(f.file_path for f in files if f.file_format != LOG_FORMAT),
         )
 
+    async def write_log(self, j: dict[str, Any]) -> None:
+        """Fetch the job's log from the hub and write it next to its notebook. Nothing when the
+        hub has no log (no pod yet, or gone: an older copy stays) or it cannot be written."""
+        path = log_path(j)
+        if path is None:
+            return
+        try:
+            got = await hub_call("GET", f"jobs/{j['id']}/log")
+        except SchedulerError as e:
+            self.log.warning("The log of job %s could not be read: %s", j["id"], e)
+            return
+        text = (got or {}).get("log") or ""
+        if not text:
+            return
+        try:
+            save_text(os.path.join(self._home(), *path.split("/")), text)
+        except OSError as e:
+            self.log.warning("The log of job %s could not be written to %s: %s", j["id"], path, e)
+
+    def _written_ms(self, j: dict[str, Any]) -> float | None:
+        path = log_path(j)
+        try:
+            return os.path.getmtime(os.path.join(self._home(), *path.split("/"))) * 1000 if path else None
+        except OSError:
+            return None
+
     async def list_jobs(self, query: ListJobsQuery) -> ListJobsResponse:
-        jobs = [self.describe(j) for j in (await hub_call("GET", "jobs"))["jobs"]]
+        found = (await hub_call("GET", "jobs"))["jobs"]
+        # Asked once after the end: a log the hub no longer has is not asked for at every poll.
+        stale = [
+            j for j in found if j["id"] not in self._asked_after_end and log_is_stale(j, self._written_ms(j))
+        ]
+        self._asked_after_end.update(j["id"] for j in stale)
+        await asyncio.gather(*(self.write_log(j) for j in stale))
+        jobs = [self.describe(j) for j in found]
         if query.status:
             jobs = [j for j in jobs if j.status == query.status]
         if query.name:
@@ -284,7 +366,10 @@ class GPUJobsScheduler(BaseScheduler):
         return sum(1 for j in jobs if STATES.get(j.get("state", "")) == query.status)
 
     async def get_job(self, job_id: str, job_files: bool | None = True) -> DescribeJob:
-        return self.describe(await hub_call("GET", f"jobs/{hub_id(job_id)}"))
+        j = await hub_call("GET", f"jobs/{hub_id(job_id)}")
+        if j.get("state") != "queued" or j.get("requeues"):  # a pod has run: it has a log
+            await self.write_log(j)
+        return self.describe(j)
 
     async def delete_job(self, job_id: str) -> None:
         await hub_call("DELETE", f"jobs/{hub_id(job_id)}")
@@ -367,3 +452,11 @@ class GPUJobsScheduler(BaseScheduler):
 
     async def resume_jobs(self, job_definition_id: str) -> None:
         await hub_call("PATCH", f"jobdefinitions/{hub_definition_id(job_definition_id)}", {"active": True})
+
+
+class GPUJobFilesManager(JobFilesManager):
+    """jupyter-scheduler's "Download output files": the job's outputs are in the home already
+    (the job pod wrote them); only the log is fetched again (by `get_job`)."""
+
+    async def copy_from_staging(self, job_id: str, redownload: bool | None = False) -> None:
+        await self.scheduler.get_job(job_id, False)
