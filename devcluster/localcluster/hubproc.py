@@ -59,13 +59,16 @@ class Hub:
     log: Path
     ports: tuple[int, int, int]  # proxy, hub, proxy API
 
-    def api(self, method: str, path: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
+    def api(
+        self, method: str, path: str, body: Any = None, timeout: float = 30, token: str | None = None
+    ) -> tuple[int, Any]:
+        """A hub API call, as the hub's service token or as `token` (a user's, say)."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(
             self.hub_api + path,
             data=data,
             method=method,
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+            headers={"Authorization": f"token {token or self.token}", "Content-Type": "application/json"},
         )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:

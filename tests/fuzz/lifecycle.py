@@ -46,8 +46,6 @@ import signal
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -598,21 +596,7 @@ class Fuzz:
 
 
 def _call(hub: Hub, token: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    req = urllib.request.Request(
-        hub.hub_api + path,
-        data=json.dumps(body).encode() if body is not None else None,
-        method=method,
-        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        raw = e.read()
-        try:
-            return e.code, json.loads(raw)
-        except ValueError:
-            return e.code, raw.decode(errors="replace")
+    return hub.api(method, path, body, token=token)
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, str]:

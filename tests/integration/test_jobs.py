@@ -57,21 +57,8 @@ def culled_hub(api: KubeAPI, namespace: str, tmp_path: Path) -> Iterator[Hub]:
 
 
 def call(hub: Hub, token: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    req = urllib.request.Request(
-        hub.hub_api + "/gpusessions" + path,
-        data=json.dumps(body).encode() if body is not None else None,
-        method=method,
-        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        raw = e.read()
-        try:
-            return e.code, json.loads(raw)
-        except ValueError:
-            return e.code, raw.decode(errors="replace")
+    """A gpusessions hub endpoint as the user of `token`."""
+    return hub.api(method, "/gpusessions" + path, body, token=token)
 
 
 NOTEBOOK = {
