@@ -103,3 +103,28 @@ def test_a_profiles_placement_reaches_its_holder_notebook_and_job_pods() -> None
     # Without the profile, neither gets any of it.
     pod = J.build_job("abc123def456", "ns", "ann", req, plain, None)["spec"]["template"]["spec"]
     assert not set(PLACED) & set(pod)
+
+
+@pytest.mark.usefixtures("kubeconfig")
+def test_a_job_of_another_size_does_not_inherit_the_running_sessions_profile() -> None:
+    """The hub builds a job through the user's spawner, on which KubeSpawner left the running
+    session's profile (its overrides): a job of a size without those settings gets the hub's
+    configured ones, not the session's."""
+    from traitlets.config import Config
+
+    async def build() -> J.JobSettings:
+        c = Config()
+        c.KubeSpawner.cpu_limit = 2.0
+        c.KubeSpawner.environment = {"TEAM": "ml"}
+        running = GPUSessionSpawner(_mock=True, config=c)
+        # The session's profile, applied to the spawner as KubeSpawner applies it.
+        for name, value in {**OVERRIDE, "image": "session:1", "cpu_limit": 16.0, "uid": 4242}.items():
+            setattr(running, name, value)
+        other = {"slug": "cpu", "display_name": "CPU", "kubespawner_override": {"mem_limit": "4G"}}
+        return settings_for(running, NotebookJobs(), other, None, Q.QueuePolicy.of(running))
+
+    s = asyncio.run(build())
+    assert (s.node_selector, s.tolerations, s.affinity, s.image_pull_secrets) == ({}, (), None, ())
+    assert s.image != "session:1" and s.uid != 4242
+    assert s.resources == {"limits": {"cpu": "2.0", "memory": "4G"}}
+    assert s.env.get("TEAM") == "ml"

@@ -40,7 +40,7 @@ from gpusessions.core import queues as Q
 from gpusessions.core.claims import GPURequest
 from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.progress import Refused
-from gpusessions.core.requests import profile_settings, request_from
+from gpusessions.core.requests import configured, profile_settings, request_from
 from gpusessions.hub.handlers import _authorize
 from gpusessions.kube.api import KubeError
 
@@ -100,9 +100,9 @@ def job_settings(handler: APIHandler) -> NotebookJobs:
 
 
 # -- the user's spawner settings ------------------------------------------------------------
-def _static_env(spawner: Any) -> dict[str, str]:
+def _static_env(spawner: Any, setting: Any) -> dict[str, str]:
     env = {}
-    for k, v in (getattr(spawner, "environment", None) or {}).items():
+    for k, v in (setting("environment") or {}).items():
         if isinstance(v, str):
             env[k] = spawner._expand_all(v)
     return env
@@ -112,16 +112,16 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _resources(spawner: Any) -> Obj:
+def _resources(setting: Any) -> Obj:
     requests, limits = {}, {}
-    if getattr(spawner, "cpu_guarantee", None):
-        requests["cpu"] = str(spawner.cpu_guarantee)
-    if getattr(spawner, "mem_guarantee", None):
-        requests["memory"] = str(spawner.mem_guarantee)
-    if getattr(spawner, "cpu_limit", None):
-        limits["cpu"] = str(spawner.cpu_limit)
-    if getattr(spawner, "mem_limit", None):
-        limits["memory"] = str(spawner.mem_limit)
+    for name, where, key in (
+        ("cpu_guarantee", requests, "cpu"),
+        ("mem_guarantee", requests, "memory"),
+        ("cpu_limit", limits, "cpu"),
+        ("mem_limit", limits, "memory"),
+    ):
+        if setting(name):
+            where[key] = str(setting(name))
     out: Obj = {}
     if requests:
         out["requests"] = requests
@@ -137,28 +137,29 @@ def settings_for(
 
     def setting(name: str) -> Any:
         """A spawner setting as the size's profile sets it (its kubespawner_override), else
-        the hub's: the job is placed as a session of that profile is."""
-        return override[name] if name in override else getattr(spawner, name)
+        as the hub configures it: the job is placed as a session of that profile is. Not the
+        live value: KubeSpawner leaves the user's running session's profile on the spawner."""
+        return override[name] if name in override else configured(spawner, name)
 
-    image = cfg.image or override.get("image") or spawner.image
+    image = cfg.image or setting("image")
     sched = policy.scheduling(queue)
     priority = None
     if sched is not None:
         priority = J.job_priority(
             cfg.priority_class, cfg.queue_priority_class, override.get("job_priority_class"), queue
         )
-    volumes = spawner._expand_all(spawner._sorted_dict_values(spawner.volumes))
-    mounts = spawner._expand_all(spawner._sorted_dict_values(spawner.volume_mounts))
+    volumes = spawner._expand_all(spawner._sorted_dict_values(setting("volumes")))
+    mounts = spawner._expand_all(spawner._sorted_dict_values(setting("volume_mounts")))
     return J.JobSettings(
         image=str(image),
-        home=str(spawner.working_dir or spawner.notebook_dir or "/home/jovyan"),
+        home=str(setting("working_dir") or setting("notebook_dir") or "/home/jovyan"),
         volumes=tuple(volumes),
         volume_mounts=tuple(mounts),
-        env=_static_env(spawner),
-        resources=_resources(spawner),
-        uid=_int(spawner.uid),
-        gid=_int(spawner.gid),
-        fs_gid=_int(spawner.fs_gid),
+        env=_static_env(spawner, setting),
+        resources=_resources(setting),
+        uid=_int(setting("uid")),
+        gid=_int(setting("gid")),
+        fs_gid=_int(setting("fs_gid")),
         node_selector=dict(setting("node_selector") or {}),
         tolerations=tuple(t for t in setting("tolerations") or () if isinstance(t, dict)),
         affinity=affinity_of(setting),
