@@ -311,8 +311,8 @@ class GPUSession:
         """The holder pod was lost while the notebook runs: make a new one for the same claim
         (the notebook still reserves it, so it is the same GPU). None if the claim is gone."""
         claim = await self.api.get_claim(self.n.namespace, self.n.claim)
-        if claim is None:
-            return None
+        if claim is None or claim["metadata"].get("deletionTimestamp"):
+            return None  # gone, or going (released by the culler or an admin): nothing to heal
         if self.kernels is not None:
             await self._ensure_secret(claim)
         await self._ensure_holder()

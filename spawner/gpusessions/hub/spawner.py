@@ -711,6 +711,10 @@ class GPUSessionSpawner(KubeSpawner):
         """KubeSpawner's poll, and a check that a running server's GPU holder is still there;
         a server found stopped because KAI took its GPU back is told so and released."""
         status = await super().poll()
+        if getattr(self, "_stop_pending", False):
+            # The hub polls before it stops a server; a cull releases the GPU meanwhile, and a
+            # holder going away then is that release, not a loss to heal or a reclaim.
+            return status
         if status is None and self._gpu_state.get("claim"):
             try:
                 return await self._check_holder()
