@@ -130,7 +130,10 @@ class Culler:
 
         async def act(s: Session, d: Decision) -> None:
             async with gate:
-                await self._act(s, d, now)
+                try:
+                    await self._act(s, d, now)
+                except Exception as e:  # one failed action must not end the cycle for the others
+                    log.warning("%s of %s failed (tried again next cycle): %s", d.action, s.key, e)
 
         await asyncio.gather(*(act(s, d) for s, d in out if d.action != NONE))
         for h in orphan_holders:

@@ -35,7 +35,7 @@ from gpusessions.core import jobdefs as D
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
 from gpusessions.hub.jobs import JobsBase, NotebookJobs, create_with_template, describe
-from gpusessions.kube.api import KubeError
+from gpusessions.kube.api import Conflict, KubeError
 
 Obj = dict[str, Any]
 
@@ -82,6 +82,14 @@ async def delete_user_definitions(namespace: str, user_name: str, log: Any) -> i
     if n:
         log.info("Deleted %d job definition(s) of %s with the user", n, user_name)
     return n
+
+
+async def _listed(api: Any, namespace: str, user_name: str) -> list[Obj]:
+    """The user's CronJobs; a refusal by the cluster is a clear 502, not a server error."""
+    try:
+        return list(await api.list_cronjobs(namespace, D.selector(user_name)))
+    except KubeError as e:
+        raise web.HTTPError(502, f"The cluster refused to list your job definitions: {e.message}") from None
 
 
 class DefinitionsBase(JobsBase):
@@ -144,7 +152,7 @@ class DefinitionsHandler(DefinitionsBase):
         from gpusessions.kube.jobdefs import DefinitionsAPI
 
         _, spawner, _ = self._begin_definitions(user_name, write=False)
-        found = await DefinitionsAPI().list_cronjobs(spawner.namespace, D.selector(user_name))
+        found = await _listed(DefinitionsAPI(), spawner.namespace, user_name)
         out = [D.describe(cj) for cj in found if D.owned_definition(cj, user_name)]
         out.sort(key=lambda d: str(d.get("created") or ""), reverse=True)
         self._json({"job_definitions": out})
@@ -158,9 +166,7 @@ class DefinitionsHandler(DefinitionsBase):
         cron, template = await self._build(user, spawner, cfg, def_id, d)
         api = DefinitionsAPI()
         ns = spawner.namespace
-        mine = [
-            c for c in await api.list_cronjobs(ns, D.selector(user_name)) if D.owned_definition(c, user_name)
-        ]
+        mine = [c for c in await _listed(api, ns, user_name) if D.owned_definition(c, user_name)]
         limit = definition_settings(self).max_definitions
         if len(mine) >= limit:
             raise web.HTTPError(
@@ -196,20 +202,33 @@ class DefinitionHandler(DefinitionsBase):
 
         user, spawner, cfg = self._begin_definitions(user_name, write=True)
         api = DefinitionsAPI()
-        current = await self._find_definition(api, spawner, user_name, def_id)
-        try:
-            body = D.merged(D.read_definition(current), self._body())
-        except D.InvalidDefinition as e:
-            raise web.HTTPError(400, f"Invalid job definition: {e}.") from None
-        d = self._check(body, cfg)
-        cron, template = await self._build(user, spawner, cfg, def_id, d)
-        cron["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        change = self._body()
         ns, name = spawner.namespace, D.definition_name(def_id)
+        for attempt in range(3):
+            # The CronJob controller updates the object as runs start and end: a replace made
+            # from a read it has changed since is a Conflict; read it again and redo the change.
+            current = await self._find_definition(api, spawner, user_name, def_id)
+            try:
+                body = D.merged(D.read_definition(current), change)
+            except D.InvalidDefinition as e:
+                raise web.HTTPError(400, f"Invalid job definition: {e}.") from None
+            d = self._check(body, cfg)
+            cron, template = await self._build(user, spawner, cfg, def_id, d)
+            cron["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                old = await api.get_claim_template(ns, name)
+                replaced = await api.replace_cronjob(cron)
+                break
+            except Conflict:
+                if attempt == 2:
+                    raise web.HTTPError(
+                        409, "The job definition kept changing meanwhile (runs starting); try again."
+                    ) from None
+            except KubeError as e:
+                raise web.HTTPError(502, f"The cluster refused the change: {e.message}") from None
         try:
-            old = await api.get_claim_template(ns, name)
             old_hash = ((old or {}).get("metadata", {}).get("annotations") or {}).get(L.REQUEST_HASH)
             new_hash = (template or {}).get("metadata", {}).get("annotations", {}).get(L.REQUEST_HASH)
-            replaced = await api.replace_cronjob(cron)
             if replaced is None:
                 raise web.HTTPError(404, "No such job definition.")
             if old_hash != new_hash:  # another size: a template is immutable, make it anew

@@ -113,7 +113,8 @@ def _int(v: Any) -> int | None:
 
 
 def _resources(setting: Any) -> Obj:
-    requests, limits = {}, {}
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
     for name, where, key in (
         ("cpu_guarantee", requests, "cpu"),
         ("mem_guarantee", requests, "memory"),
