@@ -349,6 +349,16 @@ def test_a_preempted_pods_gpu_time_is_kept_on_its_job() -> None:
 
     [row] = CJ.rows(CJ.watched(Culler) or [], now=t0 + 600 + NOTE_EVERY)
     assert row["gpu_seconds"] == 120 + NOTE_EVERY and row["requeues"] == 1
+    # A Job whose pods the culler never saw and that has no note (it ended while no culler with
+    # --jobs ran) keeps the estimate from its own start and end, not 0.
+    old = json.loads(json.dumps(job))
+    old["metadata"]["name"] = "nbjob-old"
+    del old["metadata"]["annotations"][J.RUN_SECONDS]
+    old["status"] = {"startTime": "2026-01-01T00:00:00Z", "completionTime": "2026-01-01T00:05:00Z"}
+    Cache.objects = {"ns/nbjob-old": old}
+    [row] = CJ.rows(CJ.watched(Culler) or [], now=t0 + 3600)
+    assert row["gpu_seconds"] == 300, row
+    Cache.objects = {f"ns/{name}": job}
     # The Job is deleted: its pods are forgotten.
     fresh.prune([])
     assert fresh.pods == {}

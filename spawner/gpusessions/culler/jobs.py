@@ -94,7 +94,11 @@ def watched(culler: Any) -> list[Obj] | None:
     out = []
     for job in cache.objects.values():
         md = job.get("metadata") or {}
-        seconds = json.dumps(times.merged(job), sort_keys=True)
+        merged = times.merged(job)
+        if not merged:  # no pod seen and none noted: `rows` estimates from the Job's times
+            out.append(job)
+            continue
+        seconds = json.dumps(merged, sort_keys=True)
         out.append(
             {
                 **job,
