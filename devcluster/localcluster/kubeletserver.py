@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import selectors
 import socket
 import ssl
@@ -186,6 +187,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(403, f"Forbidden (user={user}, verb=get, resource=nodes, subresource=proxy)")
             return
         _, namespace, pod, container = parts
+        if not all(re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", p) for p in parts[1:]):
+            self._error(400, "namespace, pod and container must be Kubernetes names")
+            return
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         try:
             ref = kube.refs.get((namespace, pod, container))

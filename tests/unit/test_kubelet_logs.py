@@ -124,6 +124,9 @@ def test_the_apiservers_client_reads_logs_others_are_refused(server: Served, tmp
     # The serving certificate is checked for the node's address, as --kubelet-certificate-authority does.
     assert _get(ip, srv.port, "/containerLogs/ns/pod/main", apiserver) == (200, b"line 1\nline 2\n")
     assert _get(ip, srv.port, "/containerLogs/ns/pod/main?tailLines=1", apiserver) == (200, b"line 2\n")
+    # A name that is not a Kubernetes name (an escaped path) is refused, no file is looked for.
+    code, _ = _get(ip, srv.port, "/containerLogs/ns/..%2F..%2Fetc/main", apiserver)
+    assert code == 400
     code, body = _get(ip, srv.port, "/containerLogs/ns/other/main", apiserver)
     assert code == 400 and b'container "main" in pod "other" is waiting to start' in body
     assert _get(ip, srv.port, "/pods", apiserver)[0] == 404

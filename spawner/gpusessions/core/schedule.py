@@ -14,6 +14,7 @@ apart), which the hub compares with its minimum interval.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import zoneinfo
@@ -146,7 +147,14 @@ def check_timezone(value: object) -> str | None:
         raise InvalidSchedule("timezone must be a time zone name such as 'Europe/Paris' or 'UTC'")
     if value.startswith("/") or ".." in value or value.lower() == "local":
         raise InvalidSchedule(f"timezone {value!r} is not a time zone name")
-    known = zoneinfo.available_timezones()
-    if value != "UTC" and known and value not in known:
+    known = _known_zones()
+    if value != "UTC" and known is not None and value not in known:
         raise InvalidSchedule(f"timezone {value!r} is not a known time zone (e.g. 'Europe/Paris', 'UTC')")
     return value
+
+
+@functools.cache
+def _known_zones() -> frozenset[str] | None:
+    """The tz database's zone names, read once (reading them opens hundreds of files); None
+    where the machine has no tz database (any well-formed name is then let through)."""
+    return frozenset(zoneinfo.available_timezones()) or None
