@@ -84,6 +84,11 @@ async def delete_user_definitions(namespace: str, user_name: str, log: Any) -> i
     return n
 
 
+def _request_hash(template: Obj | None) -> str | None:
+    """The GPU request a claim template was made for (None: no template, a CPU-only size)."""
+    return ((template or {}).get("metadata", {}).get("annotations") or {}).get(L.REQUEST_HASH)
+
+
 async def _listed(api: Any, namespace: str, user_name: str) -> list[Obj]:
     """The user's CronJobs; a refusal by the cluster is a clear 502, not a server error."""
     try:
@@ -227,8 +232,7 @@ class DefinitionHandler(DefinitionsBase):
             except KubeError as e:
                 raise web.HTTPError(502, f"The cluster refused the change: {e.message}") from None
         try:
-            old_hash = ((old or {}).get("metadata", {}).get("annotations") or {}).get(L.REQUEST_HASH)
-            new_hash = (template or {}).get("metadata", {}).get("annotations", {}).get(L.REQUEST_HASH)
+            old_hash, new_hash = _request_hash(old), _request_hash(template)
             if replaced is None:
                 raise web.HTTPError(404, "No such job definition.")
             if old_hash != new_hash:  # another size: a template is immutable, make it anew
@@ -278,10 +282,20 @@ class DefinitionRunHandler(DefinitionsBase):
             D.merged(stored, {"parameters": {**(stored.get("parameters") or {}), **overrides}}), cfg
         )
         await self._check_active(api, spawner, user_name, cfg)
-        cron, _ = await self._build(user, spawner, cfg, def_id, d)
+        cron, template = await self._build(user, spawner, cfg, def_id, d)
         cron["metadata"]["uid"] = current["metadata"]["uid"]
         job = D.build_run(cron, "m" + uuid.uuid4().hex[:8])
         try:
+            # The run's pods use the definition's claim template, made when it was saved: a
+            # size whose GPU request changed since would run with a template that does not
+            # match (or is not there).
+            saved = await api.get_claim_template(spawner.namespace, D.definition_name(def_id))
+            if _request_hash(saved) != _request_hash(template):
+                raise web.HTTPError(
+                    409,
+                    f"The size '{d.job.size}' has changed since this definition was saved: "
+                    "save the definition again (edit it), then run it.",
+                )
             created = await api.create_job(job)
         except KubeError as e:
             raise web.HTTPError(502, f"The cluster refused the job: {e.message}") from None
