@@ -211,6 +211,36 @@ def test_gpu_check_without_a_gpu_is_one_line_and_fails(tmp_path: Path) -> None:
     assert rc == 1 and len(lines) == 1 and lines[0].startswith("gpu-check: no NVIDIA GPU here")
 
 
+class AgentFreshReadTest(AsyncHTTPTestCase):
+    """`?fresh=1` (the culler's last look before a cull) reads NVML then, not the last sample."""
+
+    def get_app(self) -> Any:
+        return make_app(self.state, token=None)
+
+    def setUp(self) -> None:
+        import tempfile
+
+        self.tmp = Path(tempfile.mkdtemp())
+        control = self.tmp / "load.json"
+        control.write_text("{}")
+        cfg = {"control": str(control), "gpus": [{"uuid": GPU, "name": "H100", "arch": "hopper"}]}
+        (self.tmp / "nvml.json").write_text(json.dumps(cfg))
+        fakenvml.configure(str(self.tmp / "nvml.json"))
+        self.load = control
+        self.state = AgentState(load_nvml=lambda: fakenvml, visible=GPU, busy_threshold=5)
+        self.state.sample()
+        super().setUp()
+
+    def test_a_fresh_read_sees_work_begun_after_the_last_sample(self) -> None:
+        self.load.write_text(json.dumps({GPU: {"activity": 90, "processes": 1}}))
+        stale = json.loads(self.fetch("/api/status").body)["devices"][0]
+        assert stale["busy"] is False, "without fresh: the last periodic sample, taken before the work"
+        assert self.state.sampled_at is not None
+        self.state.sampled_at -= 1  # a sample younger than FRESH_MIN_SECONDS would be served as it is
+        now = json.loads(self.fetch("/api/status?fresh=1").body)["devices"][0]
+        assert now["busy"] is True and now["activity"] == 90.0
+
+
 class AgentSessionTokenTest(AsyncHTTPTestCase):
     """The session's own gateway token (its notebook has it) reads this agent too."""
 

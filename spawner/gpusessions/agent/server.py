@@ -23,6 +23,10 @@ from gpusessions.agent.kernels import KernelView
 
 log = logging.getLogger("gpusessions.agent")
 NVML_RETRY_SECONDS = 30.0
+# `/api/status?fresh=1` reads NVML then and there, at most this often (a reading younger than
+# this is served as it is): the culler's last look before a cull must not act on a sample up to
+# one sampling interval old, in which the user may have started GPU work.
+FRESH_MIN_SECONDS = 0.01
 
 
 @dataclass
@@ -174,6 +178,11 @@ class _Base(web.RequestHandler):
 
 class StatusHandler(_Base):
     def get(self) -> None:
+        if self.get_argument("fresh", "") in ("1", "true"):
+            # The culler's last look before a cull: read NVML now, not the last periodic sample.
+            sampled = self.state.sampled_at
+            if sampled is None or time.time() - sampled >= FRESH_MIN_SECONDS:
+                self.state.sample()
         self.set_header("Content-Type", "application/json")
         self.write(json.dumps(self.state.status()))
 

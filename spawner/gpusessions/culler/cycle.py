@@ -30,6 +30,7 @@ from gpusessions.culler.model import (
     STOPPED_SINCE,
     WARNED_AT,
     Session,
+    annotation_time,
     iso,
     join,
 )
@@ -73,13 +74,13 @@ class Culler:
     last_cycle_seconds: float | None = None  # wall time of the last cycle
     last_error: str | None = None
 
-    async def _agent(self, s: Session) -> None:
+    async def _agent(self, s: Session, fresh: bool = False) -> None:
         if not s.holder_ip:
             s.gpu_error = "no holder pod"
             return
         headers = {"Authorization": f"Bearer {self.agent_token}"} if self.agent_token else {}
         req = HTTPRequest(
-            f"http://{s.holder_ip}:{AGENT_PORT}/api/status",
+            f"http://{s.holder_ip}:{AGENT_PORT}/api/status" + ("?fresh=1" if fresh else ""),
             headers=headers,
             request_timeout=self.agent_timeout,
             connect_timeout=self.agent_timeout,
@@ -96,9 +97,22 @@ class Culler:
         if not (body.get("nvml") or {}).get("ok"):
             s.gpu_error = (body.get("nvml") or {}).get("error") or "NVML not available"
 
+    def _kept_meanwhile(self, s: Session, now: float) -> bool:
+        """Whether the user clicked Keep my GPU after the cycle's snapshot (the claim as the watch
+        holds it now carries a newer keep): the warning was answered, the cull is off."""
+        claims = getattr(self.cluster, "claims", None)
+        claim = claims.objects.get(f"{s.namespace}/{s.claim}") if claims is not None else None
+        if claim is None:
+            return False
+        ann = claim["metadata"].get("annotations") or {}
+        until, kept = annotation_time(ann.get(KEEP_UNTIL)), annotation_time(ann.get(KEPT_AT))
+        return until is not None and until > now and (kept, until) != (s.kept_at, s.keep_until)
+
     async def _busy_again(self, s: Session) -> bool:
-        """Read the session's agent again just before a cull: is its GPU busy now?"""
-        await self._agent(s)
+        """Read the session's agent again just before a cull: is its GPU busy now? The agent reads
+        NVML for this answer (`fresh`), not its last periodic sample: work the user started after
+        that sample (up to one agent interval ago) is seen."""
+        await self._agent(s, fresh=True)
         return s.gpu_busy_now
 
     async def cycle(self, now: float | None = None) -> list[tuple[Session, Decision]]:
@@ -172,10 +186,15 @@ class Culler:
                 )
                 await self.cluster.annotate(s.namespace, s.claim, values)
             return
-        if d.action == CULL and not self.policy.dry_run and await self._busy_again(s):
-            # The last look: the GPU's reading may have changed since the cycle read it.
-            self._log("cull-called-off", who, "its GPU is busy again")
-            return
+        if d.action == CULL and not self.policy.dry_run:
+            # The last look: the GPU's reading, and the user's answer to the warning, may have
+            # changed since the cycle read them.
+            if self._kept_meanwhile(s, now):
+                self._log("cull-called-off", who, "its user clicked Keep my GPU")
+                return
+            if await self._busy_again(s):
+                self._log("cull-called-off", who, "its GPU is busy again")
+                return
         self._log(d.action, who, d.reason)
         if self.policy.dry_run:
             return

@@ -124,14 +124,15 @@ def session_from_claim(claim: Obj) -> Session:
         deleting=bool(md.get("deletionTimestamp")),
         node=allocated_node(claim),
         devices=[f"{p}/{d}" for _, p, d in allocated_devices(claim)],
-        keep_until=_ts(ann.get(KEEP_UNTIL)),
-        kept_at=_ts(ann.get(KEPT_AT)),
-        warned_at=_ts(ann.get(WARNED_AT)),
-        stopped_since=_ts(ann.get(STOPPED_SINCE)),
+        keep_until=annotation_time(ann.get(KEEP_UNTIL)),
+        kept_at=annotation_time(ann.get(KEPT_AT)),
+        warned_at=annotation_time(ann.get(WARNED_AT)),
+        stopped_since=annotation_time(ann.get(STOPPED_SINCE)),
     )
 
 
-def _ts(v: str | None) -> float | None:
+def annotation_time(v: str | None) -> float | None:
+    """A time the culler or the hub wrote into an annotation (unix seconds, or ISO 8601)."""
     if v is None:
         return None
     try:
