@@ -152,9 +152,9 @@ class Limits:
     warn_before: float = 0.25  # (c) --warn-before: our default, 15 min
     stopped_keep: float = 1.0  # (c) --stopped-keep: our default, 1 h
     stopped_keep_contended: float = 300 / 3600  # (c) --stopped-keep-contended: our default, 5 min
-    gpu_idle: float = 4.0  # (c) --gpu-idle-limit: our default, 4 h
-    gpu_idle_contended: float = 1 / 12  # (c) --gpu-idle-limit-contended: our default, 5 min
-    keep_contended: float = 1 / 6  # (c) --keep-contended: our default, 10 min
+    gpu_idle: float = 1.0  # (c) --gpu-idle-limit: our default, 1 h
+    gpu_idle_contended: float = 1 / 30  # (c) --gpu-idle-limit-contended: our default, 2 min
+    keep_contended: float = 1 / 12  # (c) --keep-contended: our default, 5 min
     keep_extension: float = 4.0  # "Keep my GPU" holds the culler off this long: the spawner's default
 
 
@@ -299,6 +299,9 @@ class Replay:
         self.held = self.held_idle = self.held_busy = self.held_starting = 0.0  # simulated GPU-hours
         self.held_idle_contended = 0.0  # ... of the idle: while someone waited for a GPU
         self.held_idle_kept = 0.0  # ... of the idle: kept for a stopped (or culled) server
+        self.held_idle_present = 0.0  # ... of the idle: the user at the notebook, no GPU work
+        self.held_idle_away = 0.0  # ... of the idle: the server up, the user away
+        self.held_releasing = 0.0  # GPU-hours (compressed) while the claim is being deleted
         self.samples = 0
         self.errors: list[str] = []
         self.t0 = 0.0
@@ -538,15 +541,14 @@ class Replay:
                     for cl in claims
                     if (cl.get("status") or {}).get("allocation")
                 }
-                for cl in claims:
-                    ann = cl["metadata"].get("annotations") or {}
-                    user = cl["metadata"]["name"].removeprefix("gpu-")
-                    warned = ann.get(WARNED_AT)
-                    if warned and not ann.get(KEEP_UNTIL) and (user, warned) not in self.warnings:
-                        self.warnings.add((user, warned))
-                        if user in present:  # the JupyterLab notice: the user clicks Keep
-                            code, _ = self.hub.api("POST", f"/gpusessions/users/{user}/keep")
-                            self.keeps.append({"user": user, "at": round(self.sim(), 3), "code": code})
+                # A claim being deleted (a cull or a release asked for it) holds its device until
+                # the pods that use it are gone: seconds of real time, which the compression would
+                # turn into minutes. Counted at its real length, as a notebook's start is.
+                releasing = {
+                    cl["metadata"]["name"].removeprefix("gpu-")
+                    for cl in claims
+                    if cl["metadata"].get("deletionTimestamp")
+                }
                 waiting = bool(starting - allocated)  # someone wants a GPU and has none
                 for user in allocated:
                     self.held += dt
@@ -554,12 +556,23 @@ class Replay:
                         self.held_busy += dt
                     elif user in starting:
                         self.held_starting += dt
+                    elif user in releasing:
+                        self.held_releasing += dt
+                        real = dt * self.scale / 3600  # its real length, in hours
+                        self.held_idle += real
+                        self.held_idle_kept += real
+                        if waiting:
+                            self.held_idle_contended += real
                     else:
                         self.held_idle += dt
                         if waiting:
                             self.held_idle_contended += dt
                         if not self.state[user].up:
                             self.held_idle_kept += dt
+                        elif user in present:
+                            self.held_idle_present += dt
+                        else:
+                            self.held_idle_away += dt
                 with self.lock:
                     for user in allocated & self.starting:
                         self.gpu_seen.setdefault(user, now)
@@ -574,12 +587,40 @@ class Replay:
                 self.errors.append(f"monitor: {type(e).__name__}: {e}")
             self.done.wait(0.5)
 
+    def answer_warnings(self) -> None:
+        """The JupyterLab notice: a user at the notebook who is warned clicks Keep my GPU, at once
+        (the claims are read every 0.2 s, each keep in a thread of its own): at the replay's
+        compression a warning's lead is a second or two of real time, and a user who answers
+        within a simulated minute must not be modelled as one who answers after it."""
+        while not self.done.is_set():
+            try:
+                claims = self.api.list("ResourceClaim", self.ns)["items"]
+                with self.lock:
+                    present = {u for u, st in self.state.items() if st.up and st.present}
+                for cl in claims:
+                    ann = cl["metadata"].get("annotations") or {}
+                    user = cl["metadata"]["name"].removeprefix("gpu-")
+                    warned = ann.get(WARNED_AT)
+                    if warned and not ann.get(KEEP_UNTIL) and (user, warned) not in self.warnings:
+                        self.warnings.add((user, warned))
+                        if user in present:
+                            threading.Thread(target=self._keep, args=(user,), daemon=True).start()
+            except Exception as e:  # a missed look; go on
+                self.errors.append(f"warnings: {type(e).__name__}: {e}")
+            self.done.wait(0.2)
+
+    def _keep(self, user: str) -> None:
+        at = round(self.sim(), 3)
+        code, _ = self.hub.api("POST", f"/gpusessions/users/{user}/keep")
+        self.keeps.append({"user": user, "at": at, "code": code})
+
     def run(self) -> dict[str, Any]:
         for u in self.users:
             self.hub.api("POST", f"/users/{u}")
         self.t0 = time.monotonic()
         self.wall_t0 = time.time()
         threads = [threading.Thread(target=self.monitor, daemon=True)]
+        threads += [threading.Thread(target=self.answer_warnings, daemon=True)]
         threads += [threading.Thread(target=self.run_user, args=(u,), daemon=True) for u in self.users]
         for t in threads:
             t.start()
@@ -642,6 +683,9 @@ class Replay:
             "gpu_hours_held_idle": round(self.held_idle, 3),
             "gpu_hours_held_idle_while_someone_waits": round(self.held_idle_contended, 3),
             "gpu_hours_held_idle_kept_after_stop": round(self.held_idle_kept, 3),
+            "gpu_hours_held_idle_user_at_notebook": round(self.held_idle_present, 3),
+            "gpu_hours_held_idle_user_away": round(self.held_idle_away, 3),
+            "gpu_hours_held_while_released_compressed": round(self.held_releasing, 3),
             "gpu_hours_held_busy": round(self.held_busy, 3),
             "gpu_hours_held_starting": round(self.held_starting, 3),
             "wait_for_gpu_hours": round(sum(gpu_waits), 3),
@@ -796,19 +840,19 @@ def main() -> int:
         "--gpu-idle-limit",
         type=float,
         default=Limits.gpu_idle,
-        help="(c) --gpu-idle-limit in simulated hours (default: our default, 4 h)",
+        help="(c) --gpu-idle-limit in simulated hours (default: our default, 1 h)",
     )
     ap.add_argument(
         "--gpu-idle-limit-contended",
         type=float,
         default=Limits.gpu_idle_contended,
-        help="(c) --gpu-idle-limit-contended in simulated hours (default: our default, 5 min; 0: off)",
+        help="(c) --gpu-idle-limit-contended in simulated hours (default: our default, 2 min; 0: off)",
     )
     ap.add_argument(
         "--keep-contended",
         type=float,
         default=Limits.keep_contended,
-        help="(c) --keep-contended in simulated hours (default: ours, 10 min; 0: a keep holds its 4 h)",
+        help="(c) --keep-contended in simulated hours (default: ours, 5 min; 0: a keep holds its 4 h)",
     )
     ap.add_argument(
         "--variant",
@@ -1051,8 +1095,14 @@ def main() -> int:
         ("gpu_hours_held_idle", "GPU-hours held idle"),
         ("gpu_hours_held_idle_while_someone_waits", "... of which while someone waited for a GPU"),
         ("gpu_hours_held_idle_kept_after_stop", "... of which kept for a stopped or culled server"),
+        ("gpu_hours_held_idle_user_at_notebook", "... of which the user at the notebook (no GPU work)"),
+        ("gpu_hours_held_idle_user_away", "... of which the server up, the user away"),
         ("gpu_hours_held_busy", "GPU-hours held busy"),
         ("gpu_hours_held_starting", "GPU-hours held while the notebook starts"),
+        (
+            "gpu_hours_held_while_released_compressed",
+            "GPU-hours held while the claim is deleted, compressed (in idle at its real length)",
+        ),
         ("wait_for_gpu_hours", "user waiting for a GPU, hours in all"),
         ("wait_for_gpu_median", "user waiting for a GPU, median per wait (h)"),
         ("wait_for_server_hours", "user waiting until the server is ready, hours in all"),
