@@ -22,10 +22,18 @@ class Hub:
         self.stopped.append(user)
 
 
+class Claims:
+    """The culler's claim watch as it holds the claims now."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, Any] = {}
+
+
 class Cluster:
     def __init__(self) -> None:
         self.released: list[str] = []
         self.annotations: list[dict[str, Any]] = []
+        self.claims = Claims()
 
     async def release(self, namespace: str, claim: str, holder: str | None) -> None:
         self.released.append(claim)
@@ -44,8 +52,10 @@ def culler(busy_on_second_look: bool) -> tuple[Culler, Hub, Cluster]:
     hub, cluster = Hub(), Cluster()
     c = Culler(cluster=cluster, hub=hub, policy=Policy())  # type: ignore[arg-type]
 
-    async def agent(s: Session) -> None:  # what the agent answers now
-        s.gpu = [{"uuid": "MIG-x", "busy": busy_on_second_look, "last_busy": T0 + 100}]
+    async def agent(s: Session, fresh: bool = False) -> None:  # what the agent answers now
+        # The last look asks the agent to read NVML now: a stale sample would not show the work.
+        busy = busy_on_second_look and fresh
+        s.gpu = [{"uuid": "MIG-x", "busy": busy, "last_busy": T0 + 100}]
 
     c._agent = agent  # type: ignore[method-assign]
     return c, hub, cluster
@@ -68,6 +78,49 @@ def test_a_gpu_still_idle_is_culled_and_the_reclaim_recorded() -> None:
     assert c.culls["gpu-idle-contended"] == 1
     rec = c.history.totals(0)[("p", "")]
     assert rec["warnings"] == 1 and rec["culls"] == 1 and rec["reclaims"] == 1
-    # idle since T0 + 100 (the last look), culled at T0 + 1800: 2 h (the plain idle limit) ahead
-    # of it by 5500 s, times 1/7 of a GPU
-    assert abs(rec["reclaimed"] - 5500 / 7) < 1e-6
+    # idle since T0 + 100 (the last look), culled at T0 + 1800: ahead of the cull nobody waiting
+    # would have made (the 1 h GPU-idle limit, at T0 + 3700) by 1900 s, times 1/7 of a GPU
+    assert abs(rec["reclaimed"] - 1900 / 7) < 1e-6
+
+
+def test_a_keep_clicked_after_the_cycles_snapshot_calls_the_cull_off() -> None:
+    """The user answered the warning while the cycle's actions ran: the claim in the watch has a
+    newer keep than the session the decision was made from."""
+    c, hub, cluster = culler(busy_on_second_look=False)
+    s = session()
+    now = T0 + 1800
+    ann = {"gpusessions.io/keep-until": str(now + 600), "gpusessions.io/kept-at": str(now - 1)}
+    cluster.claims.objects[f"{s.namespace}/{s.claim}"] = {"metadata": {"annotations": ann}}
+    asyncio.run(c._act(s, Decision(CULL, "GPU idle", rule="gpu-idle-contended"), now))
+    assert hub.stopped == [] and cluster.released == []
+    assert c.actions["cull-called-off"] == 1 and not c.culls
+
+
+def test_a_keep_the_decision_already_knew_of_does_not_call_the_cull_off() -> None:
+    """A keep that no longer holds (its keep_contended ran out while someone waits) is the one
+    the session was decided with: the cull goes on."""
+    c, hub, cluster = culler(busy_on_second_look=False)
+    now = T0 + 1800
+    s = session(keep_until=now + 3000, kept_at=now - 900)
+    ann = {"gpusessions.io/keep-until": str(now + 3000), "gpusessions.io/kept-at": str(now - 900)}
+    cluster.claims.objects[f"{s.namespace}/{s.claim}"] = {"metadata": {"annotations": ann}}
+    asyncio.run(c._act(s, Decision(CULL, "GPU idle", rule="gpu-idle-contended"), now))
+    assert hub.stopped == ["a"] and cluster.released == ["gpu-a"]
+
+
+def test_the_culler_notes_when_a_server_it_saw_spawning_became_ready() -> None:
+    c, _, _ = culler(busy_on_second_look=False)
+    spawning = session(running=False, pending="spawn", server_started=T0 + 10)
+    c._note_ready([spawning], T0 + 20)
+    assert spawning.server_ready is None
+    ready = session(server_started=T0 + 10)
+    c._note_ready([ready], T0 + 50)
+    assert ready.server_ready == T0 + 50
+    later = session(server_started=T0 + 10)
+    c._note_ready([later], T0 + 90)
+    assert later.server_ready == T0 + 50, "the first sight of it ready, not each cycle's"
+    # A server already running when the culler started: no sight of its start, no note.
+    fresh, _, _ = culler(busy_on_second_look=False)
+    running = session(server_started=T0 + 10)
+    fresh._note_ready([running], T0 + 90)
+    assert running.server_ready is None

@@ -27,7 +27,9 @@ from promtext import value
 from .sessionfactory import make_session
 
 H = 3600.0
-RULES = Rules(stopped_keep=H, idle_limit=2 * H, max_age=0, warn_before=600, orphan_grace=300)
+RULES = Rules(
+    stopped_keep=H, idle_limit=2 * H, max_age=0, warn_before=600, orphan_grace=300, gpu_idle_limit=4 * H
+)
 POLICY = Policy(RULES)
 T0 = 1_000_000.0
 
@@ -453,6 +455,28 @@ def test_an_idle_gpu_is_reclaimed_sooner_only_while_someone_waits_for_its_size()
     assert decide(s, T0 + 2099, CONTENDED).action == NONE
     d = decide(s, T0 + 2100, CONTENDED)
     assert d.action == CULL and d.rule == "gpu-idle-contended"
+
+
+def test_a_server_just_ready_counts_its_gpu_idle_time_from_then_not_from_its_spawn() -> None:
+    """A spawn that waited an hour for a GPU began an hour before the user could use it: the
+    contended limit counts from when the server was seen ready, so the user has all of it."""
+    now = T0 + 2 * H
+    s = idle_running(idle_since=T0, server_started=T0 + H, server_ready=now - 60, holder_started=T0 + H)
+    w = waiter()
+    mark_contention([s, w], now)
+    ready = now - 60
+    d = decide(s, now, CONTENDED)
+    assert d.action == NONE and d.at == ready + 1800  # 30 min from ready, not from the spawn
+    d = decide(s, ready + 900, CONTENDED)  # the warning's 15 min lead
+    assert d.action == WARN and "GPU idle for 15 min" in d.reason
+    s.warned_at = ready + 900
+    assert decide(s, ready + 1799, CONTENDED).action == NONE
+    assert decide(s, ready + 1800, CONTENDED).action == CULL
+    # Without the culler's sight of the start (it was restarted): from the spawn's start, as before.
+    s2 = idle_running(idle_since=T0, server_started=T0 + H, holder_started=T0 + H)
+    mark_contention([s2, waiter()], now)
+    s2.warned_at = now - 900
+    assert decide(s2, now, CONTENDED).action == CULL
 
 
 def test_a_busy_gpu_is_never_reclaimed_for_a_waiter() -> None:

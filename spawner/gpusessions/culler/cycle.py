@@ -73,6 +73,9 @@ class Culler:
     last_cycle: float | None = None
     last_cycle_seconds: float | None = None  # wall time of the last cycle
     last_error: str | None = None
+    # (claim, the hub's start of its server) seen spawning, and when then first seen ready
+    spawning_seen: set[tuple[str, float | None]] = field(default_factory=set)
+    ready_seen: dict[tuple[str, float | None], float] = field(default_factory=dict)
 
     async def _agent(self, s: Session, fresh: bool = False) -> None:
         if not s.holder_ip:
@@ -96,6 +99,22 @@ class Culler:
         s.kernels_error = body.get("kernels_error")
         if not (body.get("nvml") or {}).get("ok"):
             s.gpu_error = (body.get("nvml") or {}).get("error") or "NVML not available"
+
+    def _note_ready(self, sessions: list[Session], now: float) -> None:
+        """When each server this culler saw spawning was first seen ready. The hub says when a
+        spawn began, not when the notebook became ready, and a spawn that waited for a GPU began
+        long before the user could use it. A server already running when the culler started
+        counts from its spawn's start, as the hub says (a restart of the culler loses nothing
+        it would have culled)."""
+        spawning: set[tuple[str, float | None]] = set()
+        ready: dict[tuple[str, float | None], float] = {}
+        for s in sessions:
+            key = (s.key, s.server_started)
+            if s.pending == "spawn":
+                spawning.add(key)
+            elif s.running and not s.pending and (key in self.spawning_seen or key in self.ready_seen):
+                ready[key] = s.server_ready = self.ready_seen.get(key, now)
+        self.spawning_seen, self.ready_seen = spawning, ready
 
     def _kept_meanwhile(self, s: Session, now: float) -> bool:
         """Whether the user clicked Keep my GPU after the cycle's snapshot (the claim as the watch
@@ -136,6 +155,7 @@ class Culler:
                     held = dt * max(1, len(s.devices))
                     self.idle_gpu_seconds[s.profile] = self.idle_gpu_seconds.get(s.profile, 0.0) + held
             self.history.observe(now, sessions, dt)
+        self._note_ready(sessions, now)
         mark_contention(sessions, now, self.policy)
         out = [(s, decide(s, now, self.policy)) for s in sessions]
         # Actions run side by side (at most `max_actions` at once): a server that is slow to stop

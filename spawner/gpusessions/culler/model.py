@@ -64,6 +64,8 @@ class Session:
     pending: str | None = None
     notebook_last_activity: float | None = None
     server_started: float | None = None  # when the hub started the running server
+    # when the culler first saw that server ready (its spawn, GPU wait and notebook start are over)
+    server_ready: float | None = None
     # from the agent
     gpu: list[Obj] = field(default_factory=list)
     gpu_error: str | None = None

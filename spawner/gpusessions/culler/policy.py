@@ -56,9 +56,9 @@ class Rules:
     warn_before: float = 900.0
     orphan_grace: float = 300.0
     stopped_keep_contended: float = 300.0
-    gpu_idle_limit: float = 14400.0
-    gpu_idle_limit_contended: float = 300.0
-    keep_contended: float = 600.0
+    gpu_idle_limit: float = 3600.0
+    gpu_idle_limit_contended: float = 120.0
+    keep_contended: float = 300.0
 
     def merged(self, override: dict[str, Any]) -> Rules:
         known = {f.name for f in dataclasses.fields(self)}
@@ -108,8 +108,9 @@ def gpu_idle_since(s: Session) -> float | None:
     if s.gpu_busy_now or not s.gpu_known or any(d.get("error") for d in s.gpu):
         return None
     # The agent forgets its last busy time when it restarts: count from that start at the earliest.
-    # A server (re)started on a kept GPU counts from its start: the user had no chance to use it.
-    started = s.server_started if s.running else None
+    # A server (re)started, on a kept GPU or a new one, counts from when it was ready: before that
+    # (the wait for a GPU, the notebook's start) the user had no chance to use the GPU.
+    started = (s.server_ready or s.server_started) if s.running else None
     marks = [t for t in (s.gpu_last_busy, s.created, s.holder_started, started) if t is not None]
     return max(marks) if marks else None
 
