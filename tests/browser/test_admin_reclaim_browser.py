@@ -43,7 +43,7 @@ def test_admin_page_explains_the_policy_and_shows_idle_gpu_hours(
         expect(section.get_by_role("heading", name="Idle GPUs and reclaim")).to_be_visible(timeout=30000)
         expect(page.locator("#reclaim-policy")).to_contain_text("culled after 15 min of GPU idleness instead")
         # --keep-contended at its default: how long a user's keep holds while someone waits.
-        expect(page.locator("#reclaim-policy")).to_contain_text("a user's Keep my GPU holds 10 min")
+        expect(page.locator("#reclaim-policy")).to_contain_text("a user's Keep my GPU holds 5 min")
         expect(page.locator("#reclaim-policy")).to_contain_text("A busy GPU")
         for window, label in (("today", "Today"), ("7d", "Last 7 days")):
             tr = page.locator(f"#reclaim-record tr[data-window='{window}'][data-profile='mig-1g-10gb']")
