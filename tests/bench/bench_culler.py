@@ -64,6 +64,10 @@ class FakeHub:
         self.calls += 1
         return True
 
+    async def cull_server(self, *a: Any) -> str:
+        self.calls += 1
+        return "stopping"
+
 
 def world(n: int, now: float) -> tuple[dict[str, Any], dict[str, Any], list[Any], dict[str, Any]]:
     claims, holders, users, gpu = {}, {}, [], {}

@@ -397,6 +397,8 @@ class Replay:
                             return
                         why = "after a notebook job"
                         continue
+                    if ph.kind != "pause" and st.up and not self.answer_on_return(user):
+                        st.up = False  # the Keep came too late: the culler's stop had begun
                     if ph.kind != "pause" and not st.up and not self.obtain(user, "start" if first else why):
                         return
                     first = False
@@ -416,6 +418,22 @@ class Replay:
                     self.stop_server(user)
         except Exception as e:  # reported; the replay goes on
             self.errors.append(f"{user}: {type(e).__name__}: {e}")
+
+    def answer_on_return(self, user: str) -> bool:
+        """A user coming to the notebook (work, a CPU phase, starting a job) with the culler's
+        warning on screen (JupyterLab's notice stands until answered) clicks Keep my GPU first.
+        False when the hub refused the keep: the culler's stop of the server had begun (the
+        user reads that in the notice and does not start work on a GPU that is going)."""
+        claim = self.api.get_or_none("ResourceClaim", f"gpu-{user}", self.ns)
+        ann = ((claim or {}).get("metadata") or {}).get("annotations") or {}
+        warned = ann.get(WARNED_AT)
+        if not warned or ann.get(KEEP_UNTIL):
+            return True
+        self.warnings.add((user, warned))
+        at = round(self.sim(), 3)
+        code, _ = self.hub.api("POST", f"/gpusessions/users/{user}/keep")
+        self.keeps.append({"user": user, "at": at, "code": code, "on_return": True})
+        return code == 200
 
     def stop_server(self, user: str, release: bool = False) -> None:
         self.set(user, False, False)
@@ -653,15 +671,16 @@ class Replay:
         request log, at the time the request reached the hub; with what the user did then."""
         out = []
         pat = re.compile(
-            r"^\[I (\S+ \S+) .*\] 20[24] DELETE /hub/api/users/([^/]+)/server \(([^@]+)@[^)]*\) ([\d.]+)ms"
+            r"^\[I (\S+ \S+) .*\] (?:20[24] DELETE /hub/api/users/([^/]+)/server"
+            r"|202 POST /hub/api/gpusessions/users/([^/]+)/cull) \(([^@]+)@[^)]*\) ([\d.]+)ms"
         )
         for line in self.hub.log.read_text(errors="replace").splitlines():
             m = pat.match(line)
-            if not m or m.group(3) not in ("gpusessions", "idle-culler"):
+            if not m or m.group(4) not in ("gpusessions", "idle-culler"):
                 continue
             done = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
-            at = done - float(m.group(4)) / 1000
-            user = m.group(2)
+            at = done - float(m.group(5)) / 1000
+            user = m.group(2) or m.group(3)
             before = [e for e in self.timeline.get(user, []) if e[0] <= at]
             busy, job = (before[-1][1], before[-1][2]) if before else (False, False)
             job_since = None

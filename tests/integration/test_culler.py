@@ -17,7 +17,7 @@ from localcluster.hubproc import Hub, free_port, start_hub
 from localcluster.kubeapi import KubeAPI
 from promtext import value
 
-from .hubtools import GPU_HUB_CONFIG, process_env, server_model, spawn, start, stop
+from .hubtools import GPU_HUB_CONFIG, gpu_hub, process_env, server_model, spawn, start, stop, wait_stopped
 
 pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
@@ -421,5 +421,49 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
         assert reclaimed and reclaimed > 0
         m = server_model(hub, "anna")
         assert not (m and m.get("ready")), m  # her server was stopped with the GPU
+    finally:
+        hub.stop()
+
+
+def test_a_keep_and_a_cull_that_cross_are_answered_in_one_place(
+    api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    """The culler's cull goes through the hub, which answers it together with the user's Keep
+    my GPU: a cull acting on a warning the user has since answered stops nothing; a keep that
+    comes after the cull began is refused in words (the user must not start work on a GPU that
+    is going); bad requests create nothing; once the server runs again, keeps work again."""
+    hub = gpu_hub(namespace, tmp_path / "hub")
+    try:
+        spawn(hub, "cara", ONE_G)
+        warned = time.time()  # the warning the culler would act on
+        time.sleep(0.05)
+        code, body = hub.api("POST", "/gpusessions/users/cara/keep")  # she answers it
+        assert code == 200, body
+        code, body = hub.api("POST", "/gpusessions/users/cara/cull", {"since": warned, "reason": "idle"})
+        assert (code, body.get("outcome")) == (409, "kept"), (code, body)
+        assert (server_model(hub, "cara") or {}).get("ready"), "a kept server was stopped"
+        # Tampered or wrong requests: a clear 4xx, nothing stopped.
+        code, body = hub.api("POST", "/gpusessions/users/cara/cull", {"since": "soon"})
+        assert code == 400 and "since" in body["message"], (code, body)
+        code, body = hub.api("POST", "/gpusessions/users/nobody/cull", {"since": time.time()})
+        assert code == 404 and "nobody" in body["message"], (code, body)
+        code, body = hub.api("POST", "/gpusessions/users/cara/servers/nope/cull", {"since": time.time()})
+        assert code == 404, (code, body)
+        assert (server_model(hub, "cara") or {}).get("ready")
+        # A later warning, not answered: the cull begins; her keep now is refused, in words.
+        code, body = hub.api("POST", "/gpusessions/users/cara/cull", {"since": time.time(), "reason": "idle"})
+        assert (code, body.get("outcome")) == (202, "stopping"), (code, body)
+        code, body = hub.api("POST", "/gpusessions/users/cara/keep")
+        assert code == 409 and "being released" in body["message"], (code, body)
+        wait_stopped(hub, "cara")
+        code, body = hub.api("POST", "/gpusessions/users/cara/keep")
+        assert code == 409 and "being released" in body["message"], (code, body)
+        code, body = hub.api("POST", "/gpusessions/users/cara/cull", {"since": time.time()})
+        assert (code, body.get("outcome")) == (200, "not-running"), (code, body)
+        # She starts it again: her keeps count again.
+        spawn(hub, "cara", ONE_G)
+        code, body = hub.api("POST", "/gpusessions/users/cara/keep")
+        assert code == 200, body
+        assert "Culling cara/: idle" in hub.log.read_text()
     finally:
         hub.stop()

@@ -15,11 +15,18 @@ T0 = 1_000_000_000.0
 
 
 class Hub:
-    def __init__(self) -> None:
-        self.stopped: list[str] = []
+    """The hub's answer to a cull: it stops the server unless it had the user's keep first."""
 
-    async def stop_server(self, user: str, server: str) -> None:
-        self.stopped.append(user)
+    def __init__(self, answer: str = "stopping") -> None:
+        self.stopped: list[str] = []
+        self.asked: list[tuple[str, float]] = []
+        self.answer = answer
+
+    async def cull_server(self, user: str, server: str, since: float, reason: str) -> str:
+        self.asked.append((user, since))
+        if self.answer == "stopping":
+            self.stopped.append(user)
+        return self.answer
 
 
 class Claims:
@@ -48,8 +55,8 @@ def session(**kw: Any) -> Session:
     return make_session(T0, **{"running": True, **a_mig_slice, "gpu": gpu, **kw})
 
 
-def culler(busy_on_second_look: bool) -> tuple[Culler, Hub, Cluster]:
-    hub, cluster = Hub(), Cluster()
+def culler(busy_on_second_look: bool, hub_answer: str = "stopping") -> tuple[Culler, Hub, Cluster]:
+    hub, cluster = Hub(hub_answer), Cluster()
     c = Culler(cluster=cluster, hub=hub, policy=Policy())  # type: ignore[arg-type]
 
     async def agent(s: Session, fresh: bool = False) -> None:  # what the agent answers now
@@ -81,6 +88,26 @@ def test_a_gpu_still_idle_is_culled_and_the_reclaim_recorded() -> None:
     # idle since T0 + 100 (the last look), culled at T0 + 1800: ahead of the cull nobody waiting
     # would have made (the 1 h GPU-idle limit, at T0 + 3700) by 1900 s, times 1/7 of a GPU
     assert abs(rec["reclaimed"] - 1900 / 7) < 1e-6
+
+
+def test_the_cull_acts_on_its_warning_and_a_keep_the_hub_had_first_calls_it_off() -> None:
+    """The keep crossed the cull on its way (not yet in the culler's watch): the hub, which
+    answers both, says `kept`; nothing is released or recorded, and the hub was asked with the
+    time of the warning the cull acts on."""
+    c, hub, cluster = culler(busy_on_second_look=False, hub_answer="kept")
+    s = session(warned_at=T0 + 900)
+    asyncio.run(c._act(s, Decision(CULL, "GPU idle", rule="gpu-idle-contended"), T0 + 1800))
+    assert hub.asked == [("a", T0 + 900)]
+    assert hub.stopped == [] and cluster.released == []
+    assert c.actions["cull-called-off"] == 1 and not c.culls and not c.history.totals(0)
+    # A server starting or stopping: put off to the next cycle, nothing released.
+    c, hub, cluster = culler(busy_on_second_look=False, hub_answer="busy")
+    asyncio.run(c._act(session(), Decision(CULL, "GPU idle", rule="gpu-idle-contended"), T0 + 1800))
+    assert cluster.released == [] and not c.culls
+    # A server already stopped by its user: the GPU is released all the same.
+    c, hub, cluster = culler(busy_on_second_look=False, hub_answer="not-running")
+    asyncio.run(c._act(session(), Decision(CULL, "GPU idle", rule="gpu-idle-contended"), T0 + 1800))
+    assert cluster.released == ["gpu-a"] and c.culls["gpu-idle-contended"] == 1
 
 
 def test_a_keep_clicked_after_the_cycles_snapshot_calls_the_cull_off() -> None:

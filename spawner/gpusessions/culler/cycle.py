@@ -215,6 +215,16 @@ class Culler:
             if await self._busy_again(s):
                 self._log("cull-called-off", who, "its GPU is busy again")
                 return
+        if d.action == CULL and not self.policy.dry_run:
+            # The hub stops the server unless the user's Keep reached it first (hub/cull.py): a
+            # keep crossing the cull is answered there, in one place, by one event loop.
+            outcome = await self.hub.cull_server(s.user or "", s.server or "", s.warned_at or now, d.reason)
+            if outcome == "kept":
+                self._log("cull-called-off", who, "its user kept the GPU (the hub had the keep first)")
+                return
+            if outcome == "busy":
+                log.info("cull of %s put off: its server is starting or stopping", who)
+                return
         self._log(d.action, who, d.reason)
         if self.policy.dry_run:
             return
@@ -233,12 +243,9 @@ class Culler:
             await self.cluster.annotate(s.namespace, s.claim, warning)
         elif d.action == CULL:
             self.culls[d.rule or "idle"] += 1
-            # The holder and the claim go while the hub stops the server (not after its answer,
-            # which may take 10 s): the GPU is free as soon as the notebook pod is gone.
-            await asyncio.gather(
-                self.hub.stop_server(s.user or "", s.server or ""),
-                self.cluster.release(s.namespace, s.claim, s.holder),
-            )
+            # The hub answered as soon as the stop began (it may take 10 s): the holder and the
+            # claim go while it runs, so the GPU is free as soon as the notebook pod is gone.
+            await self.cluster.release(s.namespace, s.claim, s.holder)
         elif d.action == NODE_GONE:
             self.culls["node-gone"] += 1
             if s.running or s.pending:

@@ -25,6 +25,7 @@ from jupyterhub.scopes import needs_scope
 from tornado import web
 
 from gpusessions.core import labels as L
+from gpusessions.hub import cull
 
 TEMPLATES = str(Path(__file__).parent / "templates")
 
@@ -139,11 +140,19 @@ class KeepHandler(APIHandler):
 
         server = self.get_argument("server", "")
         _authorize(self, "servers", user_name, server)
-        _, spawner = _user_and_spawner(self, user_name, server)
+        user, spawner = _user_and_spawner(self, user_name, server)
         state = spawner.get_state().get("gpusessions") or {}
         if not state.get("claim"):
             raise web.HTTPError(404, "This server holds no GPU.")
         now = time.time()
+        # Answered in one step with the culler's cull (hub/cull.py): no await before the record.
+        if spawner.pending == "stop" or cull.culled_since_start(user.name, server, cull.started_at(spawner)):
+            raise web.HTTPError(
+                409,
+                "Your GPU is being released: the culler stopped this server before your Keep "
+                "arrived. Start it again from the hub home page.",
+            )
+        cull.note_keep(user.name, server, now)
         until = now + float(getattr(spawner, "gpu_keep_extension", 4 * 3600))
         ok = await SessionAPI().annotate_claim(
             state["namespace"],
@@ -177,6 +186,7 @@ def handlers() -> list[tuple[str, Any]]:
         (r"/api/gpusessions/users/([^/]+)/keep", KeepHandler),
         (r"/api/gpusessions/users/([^/]+)/release", ReleaseGPUHandler),
         (r"/api/gpusessions/users/([^/]+)/servers/([^/]+)/release", ReleaseGPUHandler),
+        *cull.handlers(),  # the culler's stops, answered with the keeps (hub/cull.py)
         *job_handlers(),  # notebook jobs (hub/jobs.py)
     ]
 
