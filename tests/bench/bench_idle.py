@@ -47,7 +47,10 @@ Measured per policy, over the trace's span only (after it the replay stops):
   compression would otherwise inflate to a good part of an hour per start;
 - warnings shown (by the culler's claim annotations) and "Keep my GPU" clicks: a user at the
   notebook (a `work` or `cpu` phase) who is warned answers with Keep, as the JupyterLab notice
-  offers; a user away does not;
+  offers; a user away does not, but one who comes back to the notebook (any phase but `pause`)
+  while a warning stands answers it before doing anything else (the notice stands until
+  answered); a Keep the hub refuses because the culler's stop has begun means the server is
+  going: the user starts it again instead of working on it;
 - lost work: GPU jobs culled while busy (count, and the GPU-hours the job had run).
 """
 
@@ -150,9 +153,9 @@ class Limits:
     cull_every: float = 1 / 6  # (b) --cull-every: z2jh's default 10 min
     interval: float = 1 / 60  # (c) --interval: our default, 1 min
     warn_before: float = 0.25  # (c) --warn-before: our default, 15 min
-    stopped_keep: float = 1.0  # (c) --stopped-keep: our default, 1 h
+    stopped_keep: float = 0.5  # (c) --stopped-keep: our default, 30 min
     stopped_keep_contended: float = 300 / 3600  # (c) --stopped-keep-contended: our default, 5 min
-    gpu_idle: float = 1.0  # (c) --gpu-idle-limit: our default, 1 h
+    gpu_idle: float = 0.5  # (c) --gpu-idle-limit: our default, 30 min
     gpu_idle_contended: float = 1 / 30  # (c) --gpu-idle-limit-contended: our default, 2 min
     keep_contended: float = 1 / 12  # (c) --keep-contended: our default, 5 min
     keep_extension: float = 4.0  # "Keep my GPU" holds the culler off this long: the spawner's default
@@ -425,7 +428,9 @@ class Replay:
         False when the hub refused the keep: the culler's stop of the server had begun (the
         user reads that in the notice and does not start work on a GPU that is going)."""
         claim = self.api.get_or_none("ResourceClaim", f"gpu-{user}", self.ns)
-        ann = ((claim or {}).get("metadata") or {}).get("annotations") or {}
+        if claim is None or claim["metadata"].get("deletionTimestamp"):
+            return False  # the GPU is gone or going (JupyterLab says so): start the server again
+        ann = claim["metadata"].get("annotations") or {}
         warned = ann.get(WARNED_AT)
         if not warned or ann.get(KEEP_UNTIL):
             return True
@@ -732,6 +737,8 @@ class Replay:
             "lost_work_gpu_hours": round(sum(c["lost_hours"] for c in lost), 3),
             "warnings": len(self.warnings),
             "keeps": len(self.keeps),
+            "keeps_on_return": sum(bool(k.get("on_return")) for k in self.keeps),
+            "keeps_refused": sum(k["code"] != 200 for k in self.keeps),
             "notebook_jobs": len(self.jobs),
             "notebook_jobs_completed": sum(j.get("state") == "completed" for j in self.jobs),
             "notebook_job_queue_hours": round(sum(j.get("queue_hours", 0.0) for j in self.jobs), 3),
@@ -1150,6 +1157,8 @@ def main() -> int:
         ("lost_work_gpu_hours", "lost work (GPU-hours of culled jobs)"),
         ("warnings", "warnings shown"),
         ("keeps", "of which answered with Keep by a user at the notebook"),
+        ("keeps_on_return", "... of which on coming back to the notebook with the warning standing"),
+        ("keeps_refused", "... of which refused by the hub: the cull had begun"),
         ("notebook_jobs", "notebook jobs submitted (issue 19 item 6)"),
         ("notebook_jobs_completed", "... of which completed"),
         ("notebook_job_queue_hours", "notebook jobs' wait in the team queue, hours in all"),
