@@ -153,9 +153,9 @@ class Limits:
     cull_every: float = 1 / 6  # (b) --cull-every: z2jh's default 10 min
     interval: float = 1 / 60  # (c) --interval: our default, 1 min
     warn_before: float = 0.25  # (c) --warn-before: our default, 15 min
-    stopped_keep: float = 0.5  # (c) --stopped-keep: our default, 30 min
+    stopped_keep: float = 1.0  # (c) --stopped-keep: our default, 1 h
     stopped_keep_contended: float = 300 / 3600  # (c) --stopped-keep-contended: our default, 5 min
-    gpu_idle: float = 0.5  # (c) --gpu-idle-limit: our default, 30 min
+    gpu_idle: float = 1.0  # (c) --gpu-idle-limit: our default, 1 h
     gpu_idle_contended: float = 1 / 30  # (c) --gpu-idle-limit-contended: our default, 2 min
     keep_contended: float = 1 / 12  # (c) --keep-contended: our default, 5 min
     keep_extension: float = 4.0  # "Keep my GPU" holds the culler off this long: the spawner's default

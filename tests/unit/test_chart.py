@@ -310,7 +310,7 @@ def test_culler_deployment(tmp_path: Path) -> None:
     (ctr,) = pod["spec"]["containers"]
     assert ctr["command"][:3] == ["python3", "-m", "gpusessions.culler"]
     assert "--namespace=team-ns" in ctr["command"] and "--dry-run" in ctr["command"]
-    assert "--stopped-keep-contended=300" in ctr["command"] and "--gpu-idle-limit=1800" in ctr["command"]
+    assert "--stopped-keep-contended=300" in ctr["command"] and "--gpu-idle-limit=3600" in ctr["command"]
     env = {e["name"]: e for e in ctr["env"]}
     assert env["JUPYTERHUB_API_TOKEN"]["valueFrom"]["secretKeyRef"] == {
         "name": "hub",

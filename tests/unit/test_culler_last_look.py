@@ -86,8 +86,8 @@ def test_a_gpu_still_idle_is_culled_and_the_reclaim_recorded() -> None:
     rec = c.history.totals(0)[("p", "")]
     assert rec["warnings"] == 1 and rec["culls"] == 1 and rec["reclaims"] == 1
     # idle since T0 + 100 (the last look), culled at T0 + 1800: ahead of the cull nobody waiting
-    # would have made (the 30 min GPU-idle limit, at T0 + 1900) by 100 s, times 1/7 of a GPU
-    assert abs(rec["reclaimed"] - 100 / 7) < 1e-6
+    # would have made (the 1 h GPU-idle limit, at T0 + 3700) by 1900 s, times 1/7 of a GPU
+    assert abs(rec["reclaimed"] - 1900 / 7) < 1e-6
 
 
 def test_the_cull_acts_on_its_warning_and_a_keep_the_hub_had_first_calls_it_off() -> None:

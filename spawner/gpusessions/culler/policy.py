@@ -50,13 +50,13 @@ NONE, WARN, UNWARN, CULL, RELEASE, ORPHAN, MARK_STOPPED, CLEAR_STOPPED, NODE_GON
 
 @dataclass(frozen=True)
 class Rules:
-    stopped_keep: float = 1800.0
+    stopped_keep: float = 3600.0
     idle_limit: float = 7200.0
     max_age: float = 0.0
     warn_before: float = 900.0
     orphan_grace: float = 300.0
     stopped_keep_contended: float = 300.0
-    gpu_idle_limit: float = 1800.0
+    gpu_idle_limit: float = 3600.0
     gpu_idle_limit_contended: float = 120.0
     keep_contended: float = 300.0
 
