@@ -146,7 +146,7 @@ class KeepHandler(APIHandler):
             raise web.HTTPError(404, "This server holds no GPU.")
         now = time.time()
         # Answered in one step with the culler's cull (hub/cull.py): no await before the record.
-        if spawner.pending == "stop" or cull.culled_since_start(user.name, server, cull.started_at(spawner)):
+        if cull.culled_since_start(user.name, server, cull.started_at(spawner)):
             raise web.HTTPError(
                 409,
                 "Your GPU is being released: the culler stopped this server before your Keep "
