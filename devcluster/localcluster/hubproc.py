@@ -6,6 +6,7 @@ hub's database and logs live in the given working folder.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -58,6 +59,17 @@ class Hub:
     workdir: Path
     log: Path
     ports: tuple[int, int, int]  # proxy, hub, proxy API
+    log_since: int = 0  # where this user of the hub's log begins (a hub shared by several tests)
+
+    def log_text(self) -> str:
+        """The hub's log from `log_since` on: what it wrote for this test."""
+        with open(self.log, "rb") as f:
+            f.seek(self.log_since)
+            return f.read().decode(errors="replace")
+
+    def from_here(self) -> Hub:
+        """This hub, its log read from now on (for the next test that shares it)."""
+        return dataclasses.replace(self, log_since=self.log.stat().st_size)
 
     def api(
         self, method: str, path: str, body: Any = None, timeout: float = 30, token: str | None = None

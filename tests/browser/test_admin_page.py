@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, expect
 from tests.browser.pagetools import ARTIFACTS, login
-from tests.integration.cullertools import culler_hub
+from tests.integration.cullertools import culler_hub, culler_looked_after
 from tests.integration.hubtools import spawn
 
+from gpusessions.core.labels import CULL_AT
 from localcluster import waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
@@ -81,14 +82,13 @@ def test_user_is_warned_on_the_home_page_and_keeps_the_gpu(
     expect(warning).to_contain_text("notebook and GPU idle")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "home-warning.png"), full_page=True)
+    cull_at = float(api.get("ResourceClaim", "gpu-hal", namespace)["metadata"]["annotations"][CULL_AT])
     page.get_by_role("button", name="Keep my GPU").click()
     expect(warning).to_have_count(0, timeout=15000)
     ann = api.get("ResourceClaim", "gpu-hal", namespace)["metadata"]["annotations"]
     assert "gpusessions.io/keep-until" in ann and "gpusessions.io/warned-at" not in ann
-    # Well past the idle limit: still there.
-    import time
-
-    time.sleep(8)
+    # Past the moment the warning named: the culler looked again and kept it.
+    culler_looked_after(hub, cull_at + 1)
     assert api.get_or_none("ResourceClaim", "gpu-hal", namespace) is not None
-    assert "cull " + f"{namespace}/gpu-hal" not in hub.log.read_text()
+    assert "cull " + f"{namespace}/gpu-hal" not in hub.log_text()
     page.close()

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
 from tests.browser.pagetools import login, shot
-from tests.integration.cullertools import SLOW_CULL, annotations, culler_hub, wait_warned
+from tests.integration.cullertools import annotations, slow_culler_hub, wait_warned
 from tests.integration.hubtools import allocated_device, nb, process_env, spawn
 from tests.integration.kerneltools import execute
 
@@ -21,14 +20,7 @@ from localcluster import waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
-pytestmark = [pytest.mark.cluster, pytest.mark.browser]
-
-
-@pytest.fixture
-def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    h = culler_hub(namespace, tmp_path / "hub", args=SLOW_CULL)
-    yield h
-    h.stop()
+pytestmark = [pytest.mark.cluster, pytest.mark.browser, pytest.mark.shared_hub.with_args(slow_culler_hub)]
 
 
 def test_jupyterlab_shows_the_gpu_keeps_it_and_releases_it(

@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
 from tests.browser.pagetools import login, shot
-from tests.integration.cullertools import SLOW_CULL, annotations, culler_hub, wait_warned
+from tests.integration.cullertools import annotations, slow_culler_hub, wait_warned
 from tests.integration.hubtools import spawn
 
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
-pytestmark = [pytest.mark.cluster, pytest.mark.browser]
-
-
-@pytest.fixture
-def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    h = culler_hub(namespace, tmp_path / "hub", args=SLOW_CULL)
-    yield h
-    h.stop()
+pytestmark = [pytest.mark.cluster, pytest.mark.browser, pytest.mark.shared_hub.with_args(slow_culler_hub)]
 
 
 def test_jupyterlab_shows_the_warning_and_keeps_the_gpu(

@@ -49,6 +49,7 @@ def tab_to(page: Page, selector: str, limit: int = 60) -> None:
     raise AssertionError(f"{limit} presses of Tab never reached {selector}")
 
 
+@pytest.mark.shared_hub
 def test_pick_a_mig_slice_and_land_in_jupyterlab(
     browser: Browser, hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
@@ -95,6 +96,7 @@ def test_pick_a_mig_slice_and_land_in_jupyterlab(
     page.close()
 
 
+@pytest.mark.shared_hub
 def test_the_basic_choice_works_without_javascript(browser: Browser, hub: Hub) -> None:
     ctx = browser.new_context(java_script_enabled=False)
     page = ctx.new_page()

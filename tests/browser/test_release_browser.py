@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 ONE_G = {"profile": "mig-1g-10gb"}
 
 
+@pytest.mark.shared_hub
 def test_release_my_gpu_button_gives_back_a_kept_gpu_and_stops_a_running_server(
     browser: Browser, hub: Hub, api: KubeAPI, namespace: str
 ) -> None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from localcluster import waits
 from localcluster.hubproc import Hub, free_port, start_hub
 from localcluster.kubeapi import KubeAPI
+from promtext import value
 
 from .hubtools import GPU_HUB_CONFIG
 
@@ -73,3 +77,29 @@ def culler_view(hub: Hub) -> dict[str, Any]:
     )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())  # type: ignore[no-any-return]
+
+
+def culler_cycles(hub: Hub) -> int:
+    """How many cycles the hub's culler has finished (gpusessions_culler_cycles_total)."""
+    return int(value(metrics(hub), "gpusessions_culler_cycles_total") or 0)
+
+
+def culler_looked_after(hub: Hub, moment: float, timeout: float = 60) -> None:
+    """Return once the culler has run a whole cycle begun after `moment` (a time.time()): the
+    witness that it decided on everything as it stood then, so what it did not do by now it
+    did not decide to do (not a fixed sleep: a slow culler is waited for, a fast one is not)."""
+    waits.wait_for(lambda: time.time() >= moment, max(0.0, moment - time.time()) + timeout, "the moment")
+    # The counter moves at a cycle's end: two more ends mean one cycle began after `moment`.
+    seen = culler_cycles(hub)
+    waits.wait_for(lambda: culler_cycles(hub) >= seen + 2, timeout, "two more culler cycles")
+
+
+@contextmanager
+def slow_culler_hub(namespace: str, workdir: Path) -> Iterator[Hub]:
+    """The GPU hub with a culler that warns after 5 s idle and culls after 120 s (SLOW_CULL),
+    shared by the tests of the culler's warning in JupyterLab (`shared_hub`)."""
+    h = culler_hub(namespace, workdir, args=SLOW_CULL)
+    try:
+        yield h
+    finally:
+        h.stop()

@@ -128,7 +128,7 @@ def wait_ready(hub: Hub, user: str, server: str = "", timeout: float = 90) -> di
         m = server_model(hub, user, server)
         return m if m and m.get("ready") else None
 
-    return waits.wait_for(ready, timeout, f"{user}/{server} to be ready", lambda: hub.log.read_text()[-4000:])
+    return waits.wait_for(ready, timeout, f"{user}/{server} to be ready", lambda: hub.log_text()[-4000:])
 
 
 def wait_stopped(hub: Hub, user: str, server: str = "", timeout: float = 60) -> None:
@@ -136,7 +136,7 @@ def wait_stopped(hub: Hub, user: str, server: str = "", timeout: float = 60) -> 
         m = server_model(hub, user, server)
         return m is None or (not m.get("ready") and not m.get("pending"))
 
-    waits.wait_for(stopped, timeout, f"{user}/{server} to stop", lambda: hub.log.read_text()[-3000:])
+    waits.wait_for(stopped, timeout, f"{user}/{server} to stop", lambda: hub.log_text()[-3000:])
 
 
 def spawn(hub: Hub, user: str, options: dict[str, Any] | None, server: str = "") -> dict[str, Any]:

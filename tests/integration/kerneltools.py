@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
+import threading
 import uuid
 from typing import Any
 
@@ -67,8 +69,6 @@ async def _execute(ws_url: str, token: str, code: str, timeout: float) -> dict[s
 
 def execute(base_url: str, user: str, kernel_id: str, token: str, code: str, timeout: float = 60) -> str:
     """Run `code` in the kernel; return its stdout (raise on an error in the code)."""
-    import concurrent.futures
-
     ws = base_url.replace("http://", "ws://", 1) + f"/user/{user}/api/kernels/{kernel_id}/channels"
     # In a thread of its own: callers may run inside an event loop (Playwright's sync API).
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -78,10 +78,13 @@ def execute(base_url: str, user: str, kernel_id: str, token: str, code: str, tim
     return str(out["stdout"])
 
 
-async def _watch_status(ws_url: str, token: str, until: set[str], timeout: float) -> list[str]:
+async def _watch_status(
+    ws_url: str, token: str, until: set[str], timeout: float, connected: threading.Event
+) -> list[str]:
     """The kernel's execution states broadcast on iopub, until one of `until` arrives."""
     req = HTTPRequest(ws_url, headers={"Authorization": f"token {token}"}, request_timeout=timeout)
     conn = await websocket_connect(req)
+    connected.set()
     seen: list[str] = []
     try:
         while not until.intersection(seen):
@@ -99,11 +102,13 @@ async def _watch_status(ws_url: str, token: str, until: set[str], timeout: float
 def watch_status(
     base_url: str, user: str, kernel_id: str, token: str, until: set[str], timeout: float = 60
 ) -> Any:
-    """Start watching in a thread; `.result()` gives the states seen."""
-    import concurrent.futures
-
+    """Start watching in a thread, connected when this returns; `.result()` gives the states seen."""
     ws = base_url.replace("http://", "ws://", 1) + f"/user/{user}/api/kernels/{kernel_id}/channels"
+    connected = threading.Event()
     pool = concurrent.futures.ThreadPoolExecutor(1)
-    fut = pool.submit(lambda: asyncio.run(_watch_status(ws, token, until, timeout)))
+    fut = pool.submit(lambda: asyncio.run(_watch_status(ws, token, until, timeout, connected)))
     pool.shutdown(wait=False)
+    if not connected.wait(timeout):
+        fut.result(timeout=1)  # its error, if it failed
+        raise AssertionError(f"the kernel's channels did not connect within {timeout:.0f}s")
     return fut

@@ -17,7 +17,7 @@ from localcluster.hubproc import free_port, start_hub
 from localcluster.kubeapi import KubeAPI
 from promtext import value
 
-from .cullertools import culler_hub, metrics, sessions
+from .cullertools import culler_hub, culler_looked_after, metrics, sessions
 from .hubtools import GPU_HUB_CONFIG, gpu_hub, process_env, server_model, spawn, start, stop, wait_stopped
 
 pytestmark = pytest.mark.cluster
@@ -65,7 +65,7 @@ def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphan
             lambda: _claim_gone(api, namespace, "gpu-carol"),
             40,
             "carol's idle GPU to be culled",
-            lambda: hub.log.read_text()[-3000:],
+            lambda: hub.log_text()[-3000:],
         )
         waits.wait_for(
             lambda: _claim_gone(api, namespace, "gpu-alice"), 40, "alice's kept GPU to be released"
@@ -83,7 +83,7 @@ def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphan
         for user in ("bob", "dave"):
             assert api.get_or_none("ResourceClaim", f"gpu-{user}", namespace) is not None, user
             assert hub.api("GET", f"/users/{user}")[1]["servers"][""]["ready"], user
-        log = hub.log.read_text()
+        log = hub.log_text()
         # Warned before culled, each with its reason.
         assert log.index(f"warn {namespace}/gpu-carol") < log.index(f"cull {namespace}/gpu-carol")
         assert "notebook and GPU idle" in log
@@ -98,17 +98,17 @@ def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphan
         assert view["gpu-dave"]["keep_until"]
         # The gauge follows the culler's last cycle, which may predate carol's stop by a second.
         held = {"state": "running", "profile": "mig-1g-10gb", "queue": ""}
-        metrics = waits.wait_for(
+        text = waits.wait_for(
             lambda: next((m for m in [metrics(hub)] if value(m, "gpusessions_held_gpus", **held) == 2), None),
             15,
             "the held-GPU gauge to show bob and dave running",
             lambda: metrics(hub),
         )
-        assert value(metrics, "gpusessions_culler_actions_total", action="cull") == 1
-        assert value(metrics, "gpusessions_culls_total", reason="idle") == 1
-        assert value(metrics, "gpusessions_culls_total", reason="stopped") == 1
-        assert value(metrics, "gpusessions_culls_total", reason="orphan") == 1
-        assert value(metrics, "gpusessions_idle_gpu_seconds_total", profile="mig-1g-10gb") is not None
+        assert value(text, "gpusessions_culler_actions_total", action="cull") == 1
+        assert value(text, "gpusessions_culls_total", reason="idle") == 1
+        assert value(text, "gpusessions_culls_total", reason="stopped") == 1
+        assert value(text, "gpusessions_culls_total", reason="orphan") == 1
+        assert value(text, "gpusessions_idle_gpu_seconds_total", profile="mig-1g-10gb") is not None
     finally:
         hub.stop()
 
@@ -133,11 +133,11 @@ def test_dry_run_changes_nothing(api: KubeAPI, namespace: str, tmp_path: Path) -
         spawn(hub, "frank", ONE_G)
         # Idle past the limit: the culler would warn (and, a warning later, cull), but changes nothing.
         waits.wait_for(
-            lambda: f"DRY RUN: would warn {namespace}/gpu-frank" in hub.log.read_text(),
+            lambda: f"DRY RUN: would warn {namespace}/gpu-frank" in hub.log_text(),
             60,
             "a dry-run decision",
         )
-        time.sleep(6)
+        culler_looked_after(hub, time.time())  # and again, deciding the same and doing nothing
         assert api.get_or_none("ResourceClaim", "gpu-frank", namespace) is not None
         claim = api.get("ResourceClaim", "gpu-frank", namespace)
         assert "gpusessions.io/warned-at" not in (claim["metadata"].get("annotations") or {})
@@ -160,7 +160,7 @@ def test_hub_restart_in_the_middle_of_a_cull_is_safe(api: KubeAPI, namespace: st
         uid = api.get("ResourceClaim", "gpu-ivan", namespace)["metadata"]["uid"]
     finally:
         hub.stop()
-    before = len(hub.log.read_text())
+    before = len(hub.log_text())
     hub2 = culler_hub(namespace, hub.workdir, ports=hub.ports)
     try:
         waits.wait_for(
@@ -264,8 +264,8 @@ def test_a_kept_gpu_goes_to_a_waiting_user_after_the_short_keep(
             claim = api.get("ResourceClaim", "gpu-anna", namespace)
             return (claim["metadata"].get("annotations") or {}).get("gpusessions.io/stopped-since")
 
-        waits.wait_for(stopped_since, 20, "the culler to see anna stopped")
-        time.sleep(4)  # past the short keep, but nobody waits: anna keeps her GPU
+        since = float(waits.wait_for(stopped_since, 20, "the culler to see anna stopped"))
+        culler_looked_after(hub, since + 4)  # past the short keep, but nobody waits: anna keeps her GPU
         assert _device(api, namespace, "gpu-anna") == device
 
         code, body = start(hub, "ben", {"profile": "solo"})
@@ -274,11 +274,11 @@ def test_a_kept_gpu_goes_to_a_waiting_user_after_the_short_keep(
             lambda: _claim_gone(api, namespace, "gpu-anna"),
             40,
             "anna's kept GPU to be released for ben",
-            lambda: hub.log.read_text()[-3000:],
+            lambda: hub.log_text()[-3000:],
         )
         # ben gets that device (his notebook then starts as any other: not waited for here).
         waits.wait_for(lambda: _device(api, namespace, "gpu-ben") == device, 30, "ben to get anna's GPU")
-        log = hub.log.read_text()
+        log = hub.log_text()
         why = "while 1 user waits for mig.nvidia.com"
         assert f"warn {namespace}/gpu-anna (anna/): stopped" in log and why in log
         assert log.index(f"warn {namespace}/gpu-anna") < log.index(f"release {namespace}/gpu-anna")
@@ -333,31 +333,31 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
             assert code == 200, body
             return body["warnings"]
 
-        time.sleep(8)  # twice the contended limit: anna's GPU is busy, so it is not taken
+        culler_looked_after(hub, time.time() + 8)  # twice the contended limit: anna's GPU is busy
         assert not warned() and _device(api, namespace, "gpu-anna") == device
         load_file.write_text("{}")  # anna's GPU goes idle (her tab stays open)
-        first = waits.wait_for(warned, 30, "anna to be warned", lambda: hub.log.read_text()[-3000:])
+        first = waits.wait_for(warned, 30, "anna to be warned", lambda: hub.log_text()[-3000:])
         assert "while 1 user waits for" in first[0]["reason"], first
         code, body = hub.api("POST", "/gpusessions/users/anna/keep")  # "Keep my GPU"
         assert code == 200, body
         assert body["kept_until"] > time.time() + 3000  # an hour's keep...
         ann = api.get("ResourceClaim", "gpu-anna", namespace)["metadata"]["annotations"]
         assert abs(float(ann["gpusessions.io/kept-at"]) - time.time()) < 30  # ...clicked by her now
-        time.sleep(5)  # within the keep: anna keeps her GPU, ben still waits
+        culler_looked_after(hub, time.time() + 3)  # within the keep: anna keeps her GPU, ben still waits
         assert _device(api, namespace, "gpu-anna") == device and not warned()
         assert _device(api, namespace, "gpu-ben") is None
         # The keep runs out for the waiter's sake (--keep-contended): warned again, and shown
         # again (the warning clears the keep, which would hide it).
-        again = waits.wait_for(warned, 30, "anna's second warning", lambda: hub.log.read_text()[-3000:])
+        again = waits.wait_for(warned, 30, "anna's second warning", lambda: hub.log_text()[-3000:])
         assert "while 1 user waits for" in again[0]["reason"], again
         waits.wait_for(
             lambda: _claim_gone(api, namespace, "gpu-anna"),
             60,
             "anna's idle GPU to be reclaimed for ben after her keep ran out",
-            lambda: hub.log.read_text()[-3000:],
+            lambda: hub.log_text()[-3000:],
         )
         waits.wait_for(lambda: _device(api, namespace, "gpu-ben") == device, 30, "ben to get anna's GPU")
-        log = hub.log.read_text()
+        log = hub.log_text()
         assert (
             log.count(f"warn {namespace}/gpu-anna") >= 2
         )  # once more if the waiter was not seen for a cycle
@@ -424,6 +424,6 @@ def test_a_keep_and_a_cull_that_cross_are_answered_in_one_place(
         spawn(hub, "cara", ONE_G)
         code, body = hub.api("POST", "/gpusessions/users/cara/keep")
         assert code == 200, body
-        assert "Culling cara/: idle" in hub.log.read_text()
+        assert "Culling cara/: idle" in hub.log_text()
     finally:
         hub.stop()

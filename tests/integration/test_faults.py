@@ -104,9 +104,9 @@ def test_culler_rides_out_an_apiserver_restart(api: KubeAPI, namespace: str, tmp
             lambda: api.get_or_none("ResourceClaim", "gpu-cal", namespace) is None,
             90,
             "the culler to cull cal's idle GPU after the restart",
-            lambda: hub.log.read_text()[-3000:],
+            lambda: hub.log_text()[-3000:],
         )
-        assert f"cull {namespace}/gpu-cal" in hub.log.read_text()
+        assert f"cull {namespace}/gpu-cal" in hub.log_text()
     finally:
         hub.stop()
 
@@ -145,9 +145,7 @@ def test_a_lost_holder_is_recreated_and_the_user_told(api: KubeAPI, namespace: s
             )
             return p if ok else None
 
-        pod = waits.wait_for(
-            new_holder, 60, "the holder to be recreated", lambda: hub.log.read_text()[-2000:]
-        )
+        pod = waits.wait_for(new_holder, 60, "the holder to be recreated", lambda: hub.log_text()[-2000:])
         assert pod["spec"]["nodeName"] == old["spec"]["nodeName"]
         now = api.get("ResourceClaim", "gpu-hal", namespace)
         assert now["metadata"]["uid"] == claim["metadata"]["uid"]
@@ -191,7 +189,7 @@ c.KubeSpawner.profile_list = [
             ),
             60,
             "the holder to be recreated by the restarted hub",
-            lambda: hub.log.read_text()[-2000:],
+            lambda: hub.log_text()[-2000:],
         )
         assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": node}
         assert toleration in pod["spec"]["tolerations"]
@@ -261,9 +259,9 @@ def test_a_node_that_disappears_has_its_sessions_cleaned(
                 lambda: api.get_or_none("ResourceClaim", "gpu-nia", namespace) is None,
                 60,
                 "the culler to clean the session of the vanished node",
-                lambda: hub.log.read_text()[-3000:],
+                lambda: hub.log_text()[-3000:],
             )
-            log = hub.log.read_text()
+            log = hub.log_text()
             assert f"node-gone {namespace}/gpu-nia (nia/): the node of this GPU ({node}) is gone" in log
             waits.wait_for(
                 lambda: not (hub.api("GET", "/users/nia")[1]["servers"].get("", {}).get("ready")),

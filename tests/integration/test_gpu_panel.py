@@ -5,7 +5,6 @@ count as activity, while a JupyterLab request does."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from gpusessions.core.claims import AGENT_PORT
 from localcluster import waits
 from localcluster.hubproc import Hub, start_hub
 from localcluster.kubeapi import KubeAPI
+from promtext import value
 
 from .hubtools import GPU_HUB_CONFIG, allocated_device, nb, process_env, spawn
 from .kerneltools import execute
@@ -28,7 +28,10 @@ GIB = 2**30
 def hub(namespace: str, tmp_path: Path) -> Any:
     # The hub reads the proxy's activity every 2 s (default 300): a request through the proxy
     # that counts as activity shows in the hub's last_activity at once.
-    cfg = GPU_HUB_CONFIG.format(namespace=namespace) + "c.JupyterHub.last_activity_interval = 2\n"
+    # Its /hub/metrics is open, so the test can count those reads.
+    cfg = GPU_HUB_CONFIG.format(namespace=namespace) + (
+        "c.JupyterHub.last_activity_interval = 2\nc.JupyterHub.authenticate_prometheus = False\n"
+    )
     h = start_hub(cfg, tmp_path / "hub")
     yield h
     h.stop()
@@ -40,8 +43,22 @@ def _last_activity(hub: Hub, user: str) -> tuple[str, str]:
     return model["last_activity"], model["servers"][""]["last_activity"]
 
 
+def _proxy_reads(hub: Hub) -> int:
+    """How many times the hub has read the proxy's routes (their activity among them)."""
+    with urllib.request.urlopen(hub.url + "/hub/metrics", timeout=10) as r:
+        return int(value(r.read().decode(), "jupyterhub_proxy_poll_duration_seconds_count") or 0)
+
+
+def _hub_read_the_proxy(hub: Hub) -> None:
+    """Return once the hub has read the proxy's activity, and applied it, since this call: the
+    count moves when a read's fetch ends, before the hub applies it, and reads do not overlap,
+    so the third read from now begins after a whole read that began after now."""
+    seen = _proxy_reads(hub)
+    waits.wait_for(lambda: _proxy_reads(hub) >= seen + 3, 30, "the hub to read the proxy's activity")
+
+
 def _stream_is_not_activity(hub: Hub, user: str) -> None:
-    time.sleep(3)  # the spawn's own requests reach the hub's last_activity
+    _hub_read_the_proxy(hub)  # the spawn's own requests reach the hub's last_activity
     before = _last_activity(hub, user)
     req = urllib.request.Request(
         hub.url + f"/user/{user}/gpusessions/gpu/events", headers={"Authorization": f"token {hub.token}"}
@@ -55,7 +72,7 @@ def _stream_is_not_activity(hub: Hub, user: str) -> None:
                 events.append(json.loads(line[6:]))
     assert all(e["enabled"] and e["session"]["gpu"] == "MIG 1g.10gb" for e in events)
     assert events[-1]["at"] - events[0]["at"] >= 9
-    time.sleep(5)  # two of the hub's activity reads
+    _hub_read_the_proxy(hub)
     assert _last_activity(hub, user) == before, "the GPU panel's stream moved last_activity"
     # A request JupyterLab makes does count: the check above can fail.
     code, _ = nb(hub, "GET", f"/user/{user}/api/contents")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,10 +12,10 @@ import pytest
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
-from .cullertools import SLOW_CULL, annotations, culler_hub, wait_warned
+from .cullertools import annotations, slow_culler_hub, wait_warned
 from .hubtools import process_env, spawn
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.shared_hub.with_args(slow_culler_hub)]
 
 
 def call(url: str, token: str, method: str = "GET") -> tuple[int, Any]:
@@ -31,13 +30,6 @@ def call(url: str, token: str, method: str = "GET") -> tuple[int, Any]:
             return r.status, json.loads(r.read() or b"{}")
     except urllib.error.HTTPError as e:
         return e.code, None
-
-
-@pytest.fixture
-def hub(namespace: str, tmp_path: Path) -> Any:
-    h = culler_hub(namespace, tmp_path / "hub", args=SLOW_CULL)
-    yield h
-    h.stop()
 
 
 def test_notebook_relays_the_warning_and_keep_with_a_token_for_this_server_only(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -34,6 +33,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.shared_hub
 def test_kernel_state_survives_a_notebook_restart_and_is_lost_plainly_with_the_holder(
     hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
@@ -86,7 +86,6 @@ def test_kernel_state_survives_a_notebook_restart_and_is_lost_plainly_with_the_h
     # The kernel process crashes: the gateway restarts it and says so on the kernel's channel
     # (JupyterLab shows "kernel restarting"); the kernel's variables are gone, the kernel stays.
     watcher = watch_status(hub.url, "alice", kid, hub.token, {"restarting", "dead"})
-    time.sleep(1)  # let the watcher connect
     os.kill(kernel_pid, signal.SIGKILL)
     assert "restarting" in watcher.result(timeout=60)
     assert execute(hub.url, "alice", kid, hub.token, "print('model' in dir())").strip() == "False"
@@ -107,6 +106,7 @@ def test_kernel_state_survives_a_notebook_restart_and_is_lost_plainly_with_the_h
     assert code == 200 and kernels == []
 
 
+@pytest.mark.shared_hub
 def test_a_gateway_answers_only_its_own_token_and_goes_with_the_gpu(
     hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
@@ -211,6 +211,6 @@ def test_a_session_kept_from_before_kernels_were_on_still_starts(
     try:
         spawn(hub, "carl", ONE_G)
         assert "JUPYTER_GATEWAY_URL" not in process_env(api, namespace, "jupyter-carl")
-        assert "has no kernel host" in hub.log.read_text()
+        assert "has no kernel host" in hub.log_text()
     finally:
         hub.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +36,16 @@ EXTRA.append({"display_name": "A MIG profile asked of whole GPUs", "slug": "gpu-
 """
 
 
-@pytest.fixture
-def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
+@contextmanager
+def picker_hub(namespace: str, workdir: Path) -> Iterator[Hub]:
+    """The GPU hub with two more sizes, shared by this module's tests (`shared_hub`)."""
     h = start_hub(
-        GPU_HUB_CONFIG.format(namespace=namespace) + f"ONE_G = {ONE_G[0]!r}\n" + MORE_PROFILES,
-        tmp_path / "hub",
+        GPU_HUB_CONFIG.format(namespace=namespace) + f"ONE_G = {ONE_G[0]!r}\n" + MORE_PROFILES, workdir
     )
-    yield h
-    h.stop()
+    try:
+        yield h
+    finally:
+        h.stop()
 
 
 @pytest.fixture
@@ -127,6 +130,7 @@ FOUR_G_ON_H100 = [
 ]
 
 
+@pytest.mark.shared_hub.with_args(picker_hub)
 def test_n_free_static_mig_means_n_allocate(hub: Hub, user_token: str, api: KubeAPI, namespace: str) -> None:
     f = figures(hub, user_token, api)
     assert f["mig-1g-10gb"]["state"] == "free"
@@ -177,6 +181,7 @@ def test_counters_shared_between_profiles_on_a_partitionable_gpu(
     _one_more_waits(api, namespace, "one-extra", "mig.nvidia.com", ONE_G)
 
 
+@pytest.mark.shared_hub.with_args(picker_hub)
 def test_n_free_whole_gpus_means_n_allocate(hub: Hub, user_token: str, api: KubeAPI, namespace: str) -> None:
     f = figures(hub, user_token, api)
     n = f["gpu"]["free"]
@@ -209,6 +214,7 @@ def second_node(api: KubeAPI, namespace: str) -> Iterator[str]:
     api.delete("Node", name)
 
 
+@pytest.mark.shared_hub.with_args(picker_hub)
 def test_sessions_of_two_devices_count_per_node(
     hub: Hub, user_token: str, api: KubeAPI, namespace: str, second_node: str
 ) -> None:
@@ -225,6 +231,7 @@ def test_sessions_of_two_devices_count_per_node(
     assert (f["gpu"]["free"], f["gpu-x2"]["free"], f["gpu-x2"]["state"]) == (2, 0, "none-free")
 
 
+@pytest.mark.shared_hub.with_args(picker_hub)
 @pytest.mark.parametrize("auth", [None, "token not-a-real-token"])
 def test_availability_needs_a_login(hub: Hub, auth: str | None) -> None:
     """Without a login (no cookie, no token) or with a bad token: 403 and no figures."""
@@ -238,6 +245,7 @@ def test_availability_needs_a_login(hub: Hub, auth: str | None) -> None:
     assert "profiles" not in body and "free" not in body, body
 
 
+@pytest.mark.shared_hub.with_args(picker_hub)
 def test_a_size_whose_selector_fails_on_a_device_is_unknown(
     hub: Hub, user_token: str, api: KubeAPI, namespace: str
 ) -> None:
@@ -250,6 +258,7 @@ def test_a_size_whose_selector_fails_on_a_device_is_unknown(
     _scheduler_fails(api, namespace, "gpu.nvidia.com", ONE_G, "CEL runtime error: no such key: profile")
 
 
+@pytest.mark.shared_hub.with_args(picker_hub)
 def test_sizes_the_cluster_lacks_and_cpu(hub: Hub, user_token: str, api: KubeAPI) -> None:
     f = figures(hub, user_token, api)
     assert f["cpu"]["state"] == "cpu" and f["cpu"]["free"] is None

@@ -167,14 +167,12 @@ configure_hub(c)
     hub = start_hub(config, tmp_path / "hub")
     try:
         line = waits.wait_for(
-            lambda: next(
-                (ln for ln in hub.log.read_text().splitlines() if "gpusessions size check" in ln), None
-            ),
+            lambda: next((ln for ln in hub.log_text().splitlines() if "gpusessions size check" in ln), None),
             60,
             "the size check's line in the hub log",
         )
         assert "profile hmm-gpu:" in line
         assert "reads 'addressingMode', which device gpu-0 on node 192.168.140.59 lacks" in line
-        assert "any-gpu" not in hub.log.read_text()
+        assert "any-gpu" not in hub.log_text()
     finally:
         hub.stop()

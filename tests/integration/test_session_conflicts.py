@@ -81,6 +81,7 @@ def test_a_hub_that_lost_its_state_releases_the_gpu_when_the_user_picks_cpu_only
         fresh.stop()
 
 
+@pytest.mark.shared_hub
 def test_a_holder_pod_that_is_not_ours_is_refused_and_left_alone(
     hub: Hub, api: KubeAPI, namespace: str
 ) -> None:

@@ -39,6 +39,7 @@ def _devices(claim: dict) -> list[tuple[str, str]]:
     return [(r["pool"], r["device"]) for r in claim["status"]["allocation"]["devices"]["results"]]
 
 
+@pytest.mark.shared_hub
 def test_mig_session_reaches_notebook_and_keeps_its_device_across_restarts(
     hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
@@ -94,7 +95,7 @@ def test_mig_session_reaches_notebook_and_keeps_its_device_across_restarts(
     # On the spawn page's progress stream, not only in the hub log.
     kept_message = "GPU kept from your last start, reattaching: MIG 1g.10gb, device gpu-node-0/"
     assert any(m.startswith(kept_message) for m in messages), messages
-    assert "alice: " + kept_message in hub.log.read_text()
+    assert "alice: " + kept_message in hub.log_text()
     assert _devices(_claim(api, namespace, "gpu-alice")) == first
     holder2 = api.get("Pod", "gpu-holder-alice", namespace)
     assert holder2["metadata"]["uid"] == holder["metadata"]["uid"]
@@ -105,6 +106,7 @@ def test_mig_session_reaches_notebook_and_keeps_its_device_across_restarts(
     )
 
 
+@pytest.mark.shared_hub
 def test_progress_tells_the_wait_and_the_allocation(hub: Hub, api: KubeAPI, namespace: str) -> None:
     """Every 3g.40gb place is taken; the user is told so, then told when one frees up.
     (small is static MIG: its one 3g.40gb is on GPU 0; the whole GPU 1 is taken too.)"""
@@ -152,6 +154,7 @@ def test_progress_tells_the_wait_and_the_allocation(hub: Hub, api: KubeAPI, name
     assert all(a != b for a, b in itertools.pairwise(said)), said
 
 
+@pytest.mark.shared_hub
 def test_changing_the_profile_releases_the_old_device(hub: Hub, api: KubeAPI, namespace: str) -> None:
     spawn(hub, "carol", ONE_G)
     old = _claim(api, namespace, "gpu-carol")
@@ -164,6 +167,7 @@ def test_changing_the_profile_releases_the_old_device(hub: Hub, api: KubeAPI, na
     assert len(gpu_objects(api, namespace)["claims"]) == 1
 
 
+@pytest.mark.shared_hub
 def test_named_servers_get_their_own_claims_and_deleting_one_frees_it(
     hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
@@ -179,6 +183,7 @@ def test_named_servers_get_their_own_claims_and_deleting_one_frees_it(
     assert api.get_or_none("ResourceClaim", "gpu-dave", namespace) is not None
 
 
+@pytest.mark.shared_hub
 def test_no_capacity_is_a_clear_refusal_not_a_timeout(hub: Hub, api: KubeAPI, namespace: str) -> None:
     from localcluster.testing import claim, exec_pod
 
@@ -198,9 +203,10 @@ def test_no_capacity_is_a_clear_refusal_not_a_timeout(hub: Hub, api: KubeAPI, na
         assert "No GPU (whole GPU) became free within 4 seconds" in body["message"]
     objs = gpu_objects(api, namespace)
     assert objs["claims"] == [] and objs["holders"] == [], "a refused request leaves nothing behind"
-    assert "Traceback" not in hub.log.read_text()
+    assert "Traceback" not in hub.log_text()
 
 
+@pytest.mark.shared_hub
 def test_a_size_that_does_not_exist_is_refused_at_once(hub: Hub, api: KubeAPI, namespace: str) -> None:
     code, body = start(hub, "erin", {"profile": "huge"})
     assert code == 400, (code, body)
@@ -208,6 +214,7 @@ def test_a_size_that_does_not_exist_is_refused_at_once(hub: Hub, api: KubeAPI, n
     assert gpu_objects(api, namespace)["claims"] == []
 
 
+@pytest.mark.shared_hub
 def test_a_size_the_cluster_does_not_offer_is_refused_at_once(hub: Hub, api: KubeAPI, namespace: str) -> None:
     code, body = start(hub, "frank", {"profile": "tpu"})
     assert code == 400, (code, body)
@@ -216,6 +223,7 @@ def test_a_size_the_cluster_does_not_offer_is_refused_at_once(hub: Hub, api: Kub
     assert gpu_objects(api, namespace)["claims"] == []
 
 
+@pytest.mark.shared_hub
 def test_stop_releases_when_the_profile_says_so(hub: Hub, api: KubeAPI, namespace: str) -> None:
     spawn(hub, "gina", {"profile": "mig-nokeep"})
     assert api.get_or_none("ResourceClaim", "gpu-gina", namespace)
@@ -240,6 +248,7 @@ def test_stop_after_a_hub_restart_still_follows_the_profile(hub: Hub, api: KubeA
         hub2.stop()
 
 
+@pytest.mark.shared_hub
 def test_release_my_gpu_endpoint(hub: Hub, api: KubeAPI, namespace: str) -> None:
     spawn(hub, "hank", ONE_G)
     # Another user may not release hank's GPU.
@@ -279,6 +288,7 @@ def test_release_my_gpu_endpoint(hub: Hub, api: KubeAPI, namespace: str) -> None
     assert code == 200 and body["released"] is False
 
 
+@pytest.mark.shared_hub
 def test_release_route_of_a_named_server_releases_that_server_only(
     hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
@@ -329,6 +339,7 @@ def test_hub_restart_while_running_and_while_stopped_loses_and_duplicates_nothin
         hub2.stop()
 
 
+@pytest.mark.shared_hub
 def test_cpu_profile_spawns_like_kubespawner(hub: Hub, api: KubeAPI, namespace: str) -> None:
     spawn(hub, "kim", {"profile": "cpu"})
     pod = api.get("Pod", "jupyter-kim", namespace)
@@ -338,6 +349,7 @@ def test_cpu_profile_spawns_like_kubespawner(hub: Hub, api: KubeAPI, namespace: 
     assert "DEVCLUSTER_CDI_DEVICES" not in process_env(api, namespace, "jupyter-kim")
 
 
+@pytest.mark.shared_hub
 def test_first_available_takes_the_first_alternative_that_exists(
     hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
@@ -349,6 +361,7 @@ def test_first_available_takes_the_first_alternative_that_exists(
     assert process_env(api, namespace, "jupyter-lena")["DEVCLUSTER_CDI_DEVICES"].startswith("MIG-")
 
 
+@pytest.mark.shared_hub
 def test_a_claim_that_is_not_ours_is_never_adopted(hub: Hub, api: KubeAPI, namespace: str) -> None:
     from localcluster.testing import claim
 
@@ -388,6 +401,7 @@ c.KubeSpawner.profile_list = [
         hub.stop()
 
 
+@pytest.mark.shared_hub
 def test_a_pod_in_the_way_of_a_no_keep_start_keeps_the_new_gpu(
     hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
