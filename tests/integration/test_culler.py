@@ -23,7 +23,7 @@ pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
 
 CULLER = """
-from gpusessions.culler.hubconfig import configure_culler
+from gpusessions.hub.cullerservice import configure_culler
 configure_culler(c, admins=["admin"], port={port}, args=["--interval", "1", "--stopped-keep", "3",
     "--idle-limit", "20", "--warn-before", "5", "--orphan-grace", "3"{extra}])
 c.JupyterHub.load_roles[0]["scopes"].append("custom:gpusessions:admin")
@@ -234,7 +234,7 @@ def test_agents_answer_only_the_culler_token(api: KubeAPI, namespace: str, tmp_p
     )
     cfg = GPU_HUB_CONFIG.format(namespace=namespace) + (
         'c.GPUSessionSpawner.agent_token_secret = "gpusessions-agent"\n'
-        "from gpusessions.culler.hubconfig import configure_culler\n"
+        "from gpusessions.hub.cullerservice import configure_culler\n"
         f'configure_culler(c, admins=["admin"], port={free_port()}, agent_token={token!r},\n'
         '    args=["--interval", "1", "--idle-limit", "100000"])\n'
         'c.JupyterHub.load_roles[0]["scopes"].append("custom:gpusessions:admin")\n'

@@ -110,7 +110,7 @@ def test_the_charts_culler_command_parses(tmp_path: Path) -> None:
 def test_hubconfig_args_parse() -> None:
     from traitlets.config import Config
 
-    from gpusessions.culler.hubconfig import configure_culler
+    from gpusessions.hub.cullerservice import configure_culler
 
     c = Config()
     c.KubeSpawner.namespace = "jhub"
