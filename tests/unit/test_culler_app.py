@@ -1,5 +1,5 @@
 """The culler's settings (gpusessions.culler.app.CullerApp): one declaration for the command line,
-a config file and the defaults (policy.Rules'); every flag the chart and hubconfig pass works."""
+a config file and the defaults (policy.Rules'); every flag the chart and hub/cullerservice.py pass works."""
 
 from __future__ import annotations
 

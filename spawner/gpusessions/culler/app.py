@@ -1,7 +1,7 @@
 """The culler's settings and start-up: a traitlets `Application`.
 
 One declaration gives the command line (the flag spellings the chart and
-hubconfig.py pass: `--idle-limit=7200`, `--dry-run`, ...), a config file
+gpusessions.hub.cullerservice pass: `--idle-limit=7200`, `--dry-run`, ...), a config file
 (`--config=culler_config.py`, `c.CullerApp.idle_limit = 7200`) and the
 defaults, which are `policy.Rules`' own (the policy stays pure and testable).
 """
