@@ -144,3 +144,12 @@ def hub(namespace: str, tmp_path: Path) -> Iterator[Hub]:
     h = gpu_hub(namespace, tmp_path / "hub")
     yield h
     h.stop()
+
+
+@pytest.fixture
+def load_file() -> Iterator[Path]:
+    """The simulated NVML's load file (per device UUID); restored after the test."""
+    path = ClusterPaths.default().root / "fake-nvml" / "load.json"
+    before = path.read_text()
+    yield path
+    path.write_text(before)

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Error, Page, sync_playwright
+from playwright.sync_api import Browser, Error, sync_playwright
 
 from localcluster.hubproc import Hub
 from localcluster.paths import REPO_ROOT
 
+from .pagetools import ARTIFACTS, shot
+
 CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = REPO_ROOT / "test-artifacts"
 
 
 @pytest.fixture(scope="module")
@@ -40,41 +41,6 @@ def browser() -> Iterator[Browser]:
         )
         yield b
         b.close()
-
-
-def shot(page: Page, name: str) -> None:
-    """Save a screenshot as a test artifact (test-artifacts/<name>.png)."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-# `make screenshots` sets this to docs/images: tests marked `screenshot` then save their
-# pictures for the docs there (otherwise into test-artifacts/ like any other shot).
-PICTURES_ENV = "GPUSESSIONS_PICTURES"
-PICTURE_MAX_BYTES = 200_000
-
-
-def picture(page: Page, name: str, selector: str | None = None) -> Path:
-    """A picture for the docs: docs/images/<name>.png under `make screenshots` (the viewport,
-    or the element `selector`), kept under PICTURE_MAX_BYTES; else a test artifact."""
-    import os
-
-    folder = Path(os.environ.get(PICTURES_ENV) or ARTIFACTS)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.png"
-    target = page.locator(selector).first if selector else page
-    target.screenshot(path=str(path), animations="disabled")
-    size = path.stat().st_size
-    assert size <= PICTURE_MAX_BYTES, f"{path} is {size} bytes: make the viewport or the element smaller"
-    return path
-
-
-def login(page: Page, hub: Hub, user: str) -> None:
-    page.goto(hub.url + "/hub/login")
-    page.get_by_label("Username").fill(user)
-    page.get_by_label("Password").fill("test-password")
-    page.get_by_role("button", name=re.compile("sign in", re.I)).click()
-    page.wait_for_url(re.compile(r"/(hub|user)/"))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
-from tests.browser.conftest import login, picture
-from tests.integration.conftest import load_file as load_file  # the simulated NVML's load (fixture)
+from tests.browser.pagetools import login, picture
+from tests.integration.cullertools import culler_hub
 from tests.integration.hubtools import process_env, spawn, stop
-from tests.integration.test_culler import culler_hub
 
 from gpusessions.core.sizes import mig_slices
 from localcluster import waits

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from playwright.sync_api import Browser, Page, Route, expect
 from tests.bench.bench_fleet import FakeCluster, history, sessions_on
-from tests.unit.test_jobs import MIG, SETTINGS, _req
+from tests.unit.jobsamples import MIG, SETTINGS, _req
 
 from gpusessions.core import jobs as J
 from gpusessions.core.labels import QUEUE_LABEL

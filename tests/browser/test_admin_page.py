@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
-from tests.browser.conftest import ARTIFACTS, login
+from tests.browser.pagetools import ARTIFACTS, login
+from tests.integration.cullertools import culler_hub
 from tests.integration.hubtools import spawn
-from tests.integration.test_culler import culler_hub
 
 from localcluster import waits
 from localcluster.hubproc import Hub

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
-from tests.browser.conftest import login, shot
+from tests.browser.pagetools import login, shot
 from tests.integration.hubtools import gpu_hub, spawn
-from tests.integration.test_jobs import NOTEBOOK
+from tests.integration.jobtools import NOTEBOOK
 
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
-from tests.browser.conftest import login, shot
+from tests.browser.pagetools import login, shot
 from tests.integration.hubtools import gpu_hub, spawn, stop
 from tests.integration.kerneltools import execute
 

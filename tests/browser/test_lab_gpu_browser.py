@@ -12,14 +12,10 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
-from tests.browser.conftest import login, shot
-from tests.integration.conftest import load_file  # noqa: F401  (the simulated NVML's load)
-from tests.integration.hubtools import process_env, spawn
+from tests.browser.pagetools import login, shot
+from tests.integration.cullertools import SLOW_CULL, annotations, culler_hub, wait_warned
+from tests.integration.hubtools import allocated_device, nb, process_env, spawn
 from tests.integration.kerneltools import execute
-from tests.integration.test_culler import culler_hub
-from tests.integration.test_gpu_panel import allocated_device
-from tests.integration.test_notebook_notice import SLOW_CULL, annotations, wait_warned
-from tests.integration.test_persistent_kernels import nb
 
 from localcluster import waits
 from localcluster.hubproc import Hub
@@ -40,7 +36,7 @@ def test_jupyterlab_shows_the_gpu_keeps_it_and_releases_it(
     hub: Hub,
     api: KubeAPI,
     namespace: str,
-    load_file: Path,  # noqa: F811
+    load_file: Path,
 ) -> None:
     spawn(hub, "wes", {"profile": "mig-1g-10gb"})
     code, k = nb(hub, "POST", "/user/wes/api/kernels", {"name": "python3"})

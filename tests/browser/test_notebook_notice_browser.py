@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
-from tests.browser.conftest import login, shot
+from tests.browser.pagetools import login, shot
+from tests.integration.cullertools import SLOW_CULL, annotations, culler_hub, wait_warned
 from tests.integration.hubtools import spawn
-from tests.integration.test_culler import culler_hub
-from tests.integration.test_notebook_notice import SLOW_CULL, annotations, wait_warned
 
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI

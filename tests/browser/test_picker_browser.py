@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
-from tests.browser.conftest import login, shot
+from tests.browser.pagetools import login, shot
 
 from localcluster import waits
 from localcluster.hubproc import Hub

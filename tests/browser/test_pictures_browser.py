@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
-from tests.browser.conftest import login, picture
-from tests.integration.conftest import load_file  # noqa: F401  (the simulated NVML's load)
-from tests.integration.hubtools import process_env
+from tests.browser.pagetools import login, picture
+from tests.integration.hubtools import nb, process_env
 from tests.integration.kerneltools import execute
-from tests.integration.test_persistent_kernels import nb
 
 from localcluster import waits
 from localcluster.hubproc import Hub
@@ -47,7 +45,7 @@ def test_pictures_of_the_picker_the_spawn_and_the_gpu_in_jupyterlab(
     demo_hub: Hub,
     api: KubeAPI,
     namespace: str,
-    load_file: Path,  # noqa: F811
+    load_file: Path,
 ) -> None:
     hub = demo_hub
     page = browser.new_page(viewport={"width": 1100, "height": 760})

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
-from tests.browser.conftest import login, shot
+from tests.browser.pagetools import login, shot
 from tests.integration.hubtools import server_model, spawn
-from tests.integration.test_kai_reclaim import reclaim_hub, teams
+from tests.integration.kaitools import reclaim_hub, reclaim_teams
 
 from localcluster import waits
 from localcluster.hubproc import Hub
@@ -38,7 +38,7 @@ def test_jupyterlab_tells_the_user_their_gpu_was_taken_back(
     waits.wait_for(lambda: not (server_model(hub, "cy") or {}).get("ready"), 60, "cy's server to stop")
     toast = page.locator(".Toastify__toast").filter(has_text="taken back by the scheduler")
     expect(toast).to_be_visible(timeout=60000)
-    expect(toast).to_contain_text(f"your team's queue {teams(namespace)[2]}")
+    expect(toast).to_contain_text(f"your team's queue {reclaim_teams(namespace)[2]}")
     # JupyterLab cuts the notice at 140 characters; the hub home page has it whole.
     expect(toast.get_by_role("button", name="Read it on the hub")).to_be_visible()
     page.wait_for_timeout(1000)  # the toast slides in

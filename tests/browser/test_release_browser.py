@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from playwright.sync_api import Browser, Dialog, expect
-from tests.browser.conftest import login, shot
+from tests.browser.pagetools import login, shot
 from tests.integration.hubtools import server_model, spawn, stop
 
 from localcluster import waits

@@ -273,3 +273,25 @@ def availability(hub: Hub, token: str) -> dict[str, Any]:
     )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())  # type: ignore[no-any-return]
+
+
+def nb(hub: Hub, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(
+        hub.url + path,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"token {token or hub.token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            raw = r.read()
+            return r.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as e:
+        return e.code, None
+
+
+def allocated_device(api: KubeAPI, namespace: str, claim: str) -> tuple[str, str, str]:
+    c = api.get("ResourceClaim", claim, namespace)
+    r = c["status"]["allocation"]["devices"]["results"][0]
+    node = c["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+    return r["pool"], r["device"], node

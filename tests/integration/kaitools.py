@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from localcluster import waits
+from localcluster.hubproc import Hub, start_hub
 from localcluster.kai import QUEUE_LABEL, SCHEDULER_NAME
 from localcluster.kubeapi import ApiError, KubeAPI, Obj
 from localcluster.testing import claim, exec_pod
+
+from .hubtools import GPU_HUB_CONFIG
 
 UNLIMITED = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
 
@@ -139,3 +143,31 @@ def stays_pending(api: KubeAPI, namespace: str, pod: str, seconds: float) -> boo
             return False
         time.sleep(0.5)
     return True
+
+
+def reclaim_teams(namespace: str) -> tuple[str, str, str]:
+    s = namespace.rsplit("-", 1)[-1]
+    return f"dept-{s}", f"owner-{s}", f"borrower-{s}"
+
+
+def reclaim_hub(api: KubeAPI, namespace: str, workdir: Path) -> Iterator[Hub]:
+    """A hub whose physics users (ann) own a team queue of GPU quota 2 and whose biology users
+    (cy) have none (they may borrow); a whole-GPU profile `gpu-pre` that may be reclaimed."""
+    dept, owner, borrower = reclaim_teams(namespace)
+    extra = f"""
+c.GPUSessionSpawner.kai_queue = {{"physics": {owner!r}, "biology": {borrower!r}}}
+c.JupyterHub.load_groups = {{"physics": {{"users": ["ann"]}}, "biology": {{"users": ["cy"]}}}}
+c.KubeSpawner.poll_interval = 2
+EXTRA.append({{
+    "display_name": "Whole GPU, may be reclaimed", "slug": "gpu-pre",
+    "kubespawner_override": {{
+        "gpu_device_class": "gpu.nvidia.com", "kai_priority_class": "build-preemptible",
+    }},
+}})
+"""
+    # One whole-GPU session needs a quota of 2 in KAI's eyes (docs/queues.md).
+    qs = [queue(dept, 2, -1), queue(owner, 2, 2, parent=dept), queue(borrower, 0, 2, parent=dept)]
+    for _ in make_queues(api, qs):
+        h = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, workdir)
+        yield h
+        h.stop()

@@ -31,8 +31,8 @@ from localcluster.kubeapi import KubeAPI
 from localcluster.paths import ClusterPaths
 
 from .hubtools import spawn, stop, user_token
+from .jobtools import call, job_objects
 from .kaitools import kai_pod, podgroup_of
-from .test_jobs import call, job_objects
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,52 +13,15 @@ import pytest
 
 from gpusessions.core.claims import GPURequest, build_claim
 from localcluster import waits
-from localcluster.hubproc import Hub, free_port, start_hub
+from localcluster.hubproc import free_port, start_hub
 from localcluster.kubeapi import KubeAPI
 from promtext import value
 
+from .cullertools import culler_hub, metrics, sessions
 from .hubtools import GPU_HUB_CONFIG, gpu_hub, process_env, server_model, spawn, start, stop, wait_stopped
 
 pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
-
-CULLER = """
-from gpusessions.hub.cullerservice import configure_culler
-configure_culler(c, admins=["admin"], port={port}, args=["--interval", "1", "--stopped-keep", "3",
-    "--idle-limit", "20", "--warn-before", "5", "--orphan-grace", "3"{extra}])
-c.JupyterHub.load_roles[0]["scopes"].append("custom:gpusessions:admin")
-"""
-
-
-def culler_hub(
-    namespace: str,
-    workdir: Path,
-    dry_run: bool = False,
-    ports: tuple[int, int, int] | None = None,
-    args: tuple[str, ...] = (),
-    config: str = "",
-) -> Hub:
-    """A GPU hub with the culler service; `args` are added to (and override) its flags;
-    `config` is added to the hub's config."""
-    extra = ', "--dry-run"' if dry_run else ""
-    extra += "".join(f", {a!r}" for a in args)
-    cfg = GPU_HUB_CONFIG.format(namespace=namespace) + CULLER.format(port=free_port(), extra=extra) + config
-    return start_hub(cfg, workdir, ports=ports)
-
-
-def sessions(hub: Hub, token: str | None = None) -> dict[str, dict[str, Any]]:
-    req = urllib.request.Request(
-        hub.url + "/services/gpusessions/api/sessions",
-        headers={"Authorization": f"token {token or hub.token}"},
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        body = json.loads(r.read())
-    return {s["claim"]: s for s in body["sessions"]}
-
-
-def _metrics(hub: Hub) -> str:
-    with urllib.request.urlopen(hub.url + "/services/gpusessions/metrics", timeout=10) as r:
-        return r.read().decode()
 
 
 def _claim_gone(api: KubeAPI, ns: str, name: str) -> bool:
@@ -136,12 +99,10 @@ def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphan
         # The gauge follows the culler's last cycle, which may predate carol's stop by a second.
         held = {"state": "running", "profile": "mig-1g-10gb", "queue": ""}
         metrics = waits.wait_for(
-            lambda: next(
-                (m for m in [_metrics(hub)] if value(m, "gpusessions_held_gpus", **held) == 2), None
-            ),
+            lambda: next((m for m in [metrics(hub)] if value(m, "gpusessions_held_gpus", **held) == 2), None),
             15,
             "the held-GPU gauge to show bob and dave running",
-            lambda: _metrics(hub),
+            lambda: metrics(hub),
         )
         assert value(metrics, "gpusessions_culler_actions_total", action="cull") == 1
         assert value(metrics, "gpusessions_culls_total", reason="idle") == 1
@@ -221,7 +182,6 @@ def test_hub_restart_in_the_middle_of_a_cull_is_safe(api: KubeAPI, namespace: st
 
 
 def test_agents_answer_only_the_culler_token(api: KubeAPI, namespace: str, tmp_path: Path) -> None:
-    from localcluster.hubproc import start_hub
 
     token = "agent-" + "x" * 32
     api.create(
@@ -322,7 +282,7 @@ def test_a_kept_gpu_goes_to_a_waiting_user_after_the_short_keep(
         why = "while 1 user waits for mig.nvidia.com"
         assert f"warn {namespace}/gpu-anna (anna/): stopped" in log and why in log
         assert log.index(f"warn {namespace}/gpu-anna") < log.index(f"release {namespace}/gpu-anna")
-        assert value(_metrics(hub), "gpusessions_culls_total", reason="stopped-contended") == 1
+        assert value(metrics(hub), "gpusessions_culls_total", reason="stopped-contended") == 1
     finally:
         hub.stop()
 
@@ -402,7 +362,7 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
             log.count(f"warn {namespace}/gpu-anna") >= 2
         )  # once more if the waiter was not seen for a cycle
         assert log.rindex(f"warn {namespace}/gpu-anna") < log.index(f"cull {namespace}/gpu-anna")
-        assert value(_metrics(hub), "gpusessions_culls_total", reason="gpu-idle-contended") == 1
+        assert value(metrics(hub), "gpusessions_culls_total", reason="gpu-idle-contended") == 1
         # The record: the reclaim, its warnings, and the time it gave back ahead of the plain
         # 600 s limits (a size given by device selectors reads as one GPU-equivalent per device),
         # on the admin page's JSON and in /metrics.
@@ -416,7 +376,7 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
         assert 0 < row["reclaimed"] <= 600 / 3600, row
         assert row["idle"] > 0 and row["held"] >= row["idle"], row
         reclaimed = value(
-            _metrics(hub), "gpusessions_gpu_hours", kind="reclaimed", window="today", profile="solo", queue=""
+            metrics(hub), "gpusessions_gpu_hours", kind="reclaimed", window="today", profile="solo", queue=""
         )
         assert reclaimed and reclaimed > 0
         m = server_model(hub, "anna")

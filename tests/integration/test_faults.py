@@ -19,8 +19,8 @@ from localcluster.kubeapi import KubeAPI
 from localcluster.paths import ClusterPaths
 from localcluster.testing import exec_pod
 
+from .cullertools import culler_hub
 from .hubtools import gpu_hub, gpu_objects, progress_messages, spawn, start, stop, wait_ready
-from .test_culler import culler_hub
 
 pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}

@@ -17,9 +17,8 @@ from localcluster import waits
 from localcluster.hubproc import Hub, start_hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import GPU_HUB_CONFIG, process_env, spawn
+from .hubtools import GPU_HUB_CONFIG, allocated_device, nb, process_env, spawn
 from .kerneltools import execute
-from .test_persistent_kernels import nb
 
 pytestmark = pytest.mark.cluster
 GIB = 2**30
@@ -33,13 +32,6 @@ def hub(namespace: str, tmp_path: Path) -> Any:
     h = start_hub(cfg, tmp_path / "hub")
     yield h
     h.stop()
-
-
-def allocated_device(api: KubeAPI, namespace: str, claim: str) -> tuple[str, str, str]:
-    c = api.get("ResourceClaim", claim, namespace)
-    r = c["status"]["allocation"]["devices"]["results"][0]
-    node = c["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
-    return r["pool"], r["device"], node
 
 
 def _last_activity(hub: Hub, user: str) -> tuple[str, str]:

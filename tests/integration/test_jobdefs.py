@@ -19,8 +19,8 @@ from localcluster.hubproc import Hub, start_hub
 from localcluster.kubeapi import KubeAPI
 
 from .hubtools import GPU_HUB_CONFIG, user_token
+from .jobtools import NOTEBOOK, NOTHING, call, job_objects, teams
 from .kaitools import make_queues, podgroup_of, queue
-from .test_jobs import NOTEBOOK, NOTHING, call, job_objects, teams
 
 pytestmark = pytest.mark.cluster
 

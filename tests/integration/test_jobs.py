@@ -15,105 +15,24 @@ from typing import Any
 import pytest
 
 from localcluster import waits
-from localcluster.hubproc import Hub, start_hub
+from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import GPU_HUB_CONFIG, process_env, spawn, stop, user_token
-from .kaitools import make_queues, queue
-from .test_culler import _metrics, culler_hub
+from .cullertools import culler_view, metrics
+from .hubtools import process_env, spawn, stop, user_token
+from .jobtools import NOTEBOOK, NOTHING, call, job_objects, jobs_hub, teams
 
 pytestmark = pytest.mark.cluster
 
 
-def teams(namespace: str) -> tuple[str, str]:
-    s = namespace.rsplit("-", 1)[-1]
-    return f"jdept-{s}", f"jteam-{s}"
-
-
-def _hub(api: KubeAPI, namespace: str, workdir: Path, culler: bool) -> Iterator[Hub]:
-    dept, team = teams(namespace)
-    extra = f"""
-c.GPUSessionSpawner.kai_queue = {{"physics": {team!r}}}
-c.JupyterHub.load_groups = {{"physics": {{"users": ["ann", "bo"]}}}}
-c.NotebookJobs.requeue_limit = 2
-"""
-    for _ in make_queues(api, [queue(dept, -1, -1), queue(team, -1, -1, parent=dept)]):
-        if culler:  # the culler lists jobs too
-            h = culler_hub(namespace, workdir, args=("--jobs",), config=extra)
-        else:
-            h = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, workdir)
-        yield h
-        h.stop()
-
-
 @pytest.fixture
 def hub(api: KubeAPI, namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    yield from _hub(api, namespace, tmp_path / "hub", culler=False)
+    yield from jobs_hub(api, namespace, tmp_path / "hub", culler=False)
 
 
 @pytest.fixture
 def culled_hub(api: KubeAPI, namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    yield from _hub(api, namespace, tmp_path / "hub", culler=True)
-
-
-def call(hub: Hub, token: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    """A gpusessions hub endpoint as the user of `token`."""
-    return hub.api(method, "/gpusessions" + path, body, token=token)
-
-
-NOTEBOOK = {
-    "cells": [
-        {
-            "cell_type": "code",
-            "metadata": {"tags": ["parameters"]},
-            "source": "epochs = 1\nmessage = 'default'",
-            "outputs": [],
-            "execution_count": None,
-        },
-        {
-            "cell_type": "code",
-            "metadata": {},
-            "source": (
-                "import os, time\ntime.sleep(6)\n"
-                "job = os.environ.get('GPUSESSIONS_JOB_ID')\n"
-                "open('done.txt', 'w').write(f'{message} {epochs} {job}')\n"
-                "print('trained', epochs)"
-            ),
-            "outputs": [],
-            "execution_count": None,
-        },
-    ],
-    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-    "nbformat": 4,
-    "nbformat_minor": 5,
-}
-
-
-def job_objects(api: KubeAPI, namespace: str) -> dict[str, list[str]]:
-    sel = "gpusessions.io/component=job"
-    return {
-        "jobs": [j["metadata"]["name"] for j in api.list("Job", namespace, label_selector=sel)["items"]],
-        "templates": [
-            t["metadata"]["name"]
-            for t in api.list("ResourceClaimTemplate", namespace, label_selector=sel)["items"]
-        ],
-        "pods": [p["metadata"]["name"] for p in api.list("Pod", namespace, label_selector=sel)["items"]],
-        "claims": [
-            c["metadata"]["name"] for c in api.list("ResourceClaim", namespace, label_selector=sel)["items"]
-        ],
-    }
-
-
-def culler_view(hub: Hub) -> dict[str, Any]:
-    """The culler's admin JSON (sessions, and notebook jobs)."""
-    req = urllib.request.Request(
-        hub.url + "/services/gpusessions/api/sessions", headers={"Authorization": f"token {hub.token}"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())  # type: ignore[no-any-return]
-
-
-NOTHING: dict[str, list[str]] = {"jobs": [], "templates": [], "pods": [], "claims": []}
+    yield from jobs_hub(api, namespace, tmp_path / "hub", culler=True)
 
 
 def test_a_job_runs_in_the_team_queue_outlives_the_server_and_stays_private(
@@ -196,7 +115,7 @@ def test_a_job_runs_in_the_team_queue_outlives_the_server_and_stays_private(
     assert "trained 3" in json.dumps(out["cells"][-1]["outputs"])
     assert (home / "work" / "done.txt").read_text() == f"default 3 {job['id']}"
     assert done["gpu_seconds"] > 0
-    text = _metrics(hub)
+    text = metrics(hub)
     assert f'gpusessions_jobs{{queue="{team}",size="mig-1g-10gb",state="completed"}} 1.0' in text, text
 
     # Another user: 404 for reading, the log and deleting; absent from their list.

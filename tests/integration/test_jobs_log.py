@@ -16,14 +16,14 @@ from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
 from .hubtools import user_token
-from .test_jobs import NOTEBOOK, NOTHING, _hub, call, job_objects
+from .jobtools import NOTEBOOK, NOTHING, call, job_objects, jobs_hub
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
 def hub(api: KubeAPI, namespace: str, tmp_path: Path) -> Iterator[Hub]:
-    yield from _hub(api, namespace, tmp_path / "hub", culler=False)
+    yield from jobs_hub(api, namespace, tmp_path / "hub", culler=False)
 
 
 def test_a_jobs_log_is_papermills_output(hub: Hub, api: KubeAPI, namespace: str, cluster: Any) -> None:

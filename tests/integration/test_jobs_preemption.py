@@ -15,10 +15,10 @@ from localcluster import waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
+from .cullertools import culler_hub, culler_view
 from .hubtools import spawn, user_token
+from .jobtools import call, job_objects
 from .kaitools import make_queues, queue
-from .test_culler import culler_hub
-from .test_jobs import call, culler_view, job_objects
 
 pytestmark = pytest.mark.cluster
 

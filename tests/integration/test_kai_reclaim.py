@@ -11,41 +11,13 @@ from pathlib import Path
 import pytest
 
 from localcluster import waits
-from localcluster.hubproc import Hub, start_hub
+from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import GPU_HUB_CONFIG, gpu_objects, logged_in, server_model, spawn
-from .kaitools import make_queues, queue
+from .hubtools import gpu_objects, logged_in, server_model, spawn
+from .kaitools import reclaim_hub, reclaim_teams
 
 pytestmark = pytest.mark.cluster
-
-
-def teams(namespace: str) -> tuple[str, str, str]:
-    s = namespace.rsplit("-", 1)[-1]
-    return f"dept-{s}", f"owner-{s}", f"borrower-{s}"
-
-
-def reclaim_hub(api: KubeAPI, namespace: str, workdir: Path) -> Iterator[Hub]:
-    """A hub whose physics users (ann) own a team queue of GPU quota 2 and whose biology users
-    (cy) have none (they may borrow); a whole-GPU profile `gpu-pre` that may be reclaimed."""
-    dept, owner, borrower = teams(namespace)
-    extra = f"""
-c.GPUSessionSpawner.kai_queue = {{"physics": {owner!r}, "biology": {borrower!r}}}
-c.JupyterHub.load_groups = {{"physics": {{"users": ["ann"]}}, "biology": {{"users": ["cy"]}}}}
-c.KubeSpawner.poll_interval = 2
-EXTRA.append({{
-    "display_name": "Whole GPU, may be reclaimed", "slug": "gpu-pre",
-    "kubespawner_override": {{
-        "gpu_device_class": "gpu.nvidia.com", "kai_priority_class": "build-preemptible",
-    }},
-}})
-"""
-    # One whole-GPU session needs a quota of 2 in KAI's eyes (docs/queues.md).
-    qs = [queue(dept, 2, -1), queue(owner, 2, 2, parent=dept), queue(borrower, 0, 2, parent=dept)]
-    for _ in make_queues(api, qs):
-        h = start_hub(GPU_HUB_CONFIG.format(namespace=namespace) + extra, workdir)
-        yield h
-        h.stop()
 
 
 @pytest.fixture
@@ -73,7 +45,7 @@ def test_a_borrowed_gpu_is_reclaimed_when_its_owner_asks(hub: Hub, api: KubeAPI,
     said = waits.wait_for(lambda: notices(hub, "cy"), 30, "a notice to cy")
     assert len(said) == 1, said
     assert said[0].startswith(
-        f"Your GPU session was taken back by the scheduler: your team's queue {teams(namespace)[2]} "
+        f"Your GPU session was taken back by the scheduler: your team's queue {reclaim_teams(namespace)[2]} "
         "was using GPUs beyond its share"
     ), said
     # A JupyterLab tab whose server is gone reads them from the hub's page route with the login

@@ -10,16 +10,13 @@ from typing import Any
 
 import pytest
 
-from localcluster import waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
+from .cullertools import SLOW_CULL, annotations, culler_hub, wait_warned
 from .hubtools import process_env, spawn
-from .test_culler import culler_hub
 
 pytestmark = pytest.mark.cluster
-# Warned after 5 s of idleness, culled after 120 s: time enough to look and press "keep".
-SLOW_CULL = ("--idle-limit", "120", "--warn-before", "115")
 
 
 def call(url: str, token: str, method: str = "GET") -> tuple[int, Any]:
@@ -34,16 +31,6 @@ def call(url: str, token: str, method: str = "GET") -> tuple[int, Any]:
             return r.status, json.loads(r.read() or b"{}")
     except urllib.error.HTTPError as e:
         return e.code, None
-
-
-def annotations(api: KubeAPI, namespace: str, claim: str) -> dict[str, str]:
-    return api.get("ResourceClaim", claim, namespace)["metadata"].get("annotations") or {}
-
-
-def wait_warned(api: KubeAPI, namespace: str, claim: str) -> None:
-    waits.wait_for(
-        lambda: annotations(api, namespace, claim).get("gpusessions.io/warned-at"), 60, "the culler's warning"
-    )
 
 
 @pytest.fixture

@@ -17,27 +17,12 @@ from localcluster import waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import container_pid, process_env, spawn, stop
+from .cullertools import culler_hub, sessions
+from .hubtools import container_pid, nb, process_env, spawn, stop
 from .kerneltools import execute, watch_status
-from .test_culler import culler_hub, sessions
 
 pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
-
-
-def nb(hub: Hub, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
-    req = urllib.request.Request(
-        hub.url + path,
-        method=method,
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Authorization": f"token {token or hub.token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            raw = r.read()
-            return r.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as e:
-        return e.code, None
 
 
 def alive(pid: int) -> bool:

@@ -13,7 +13,7 @@ from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
 from gpusessions.core import schedule as S
 
-from .test_jobs import K8S, MIG, SETTINGS
+from .jobsamples import K8S, MIG, SETTINGS
 
 GOOD = {"name": "nightly", "input": "work/train.ipynb", "size": "mig-3g-40gb", "schedule": "0 2 * * *"}
 

@@ -23,7 +23,7 @@ from gpusessions.hub.session import Allocation
 from gpusessions.hub.spawner import GPUSessionSpawner, InvalidUserOptions
 from localcluster.testing import allocation_status
 
-from .test_spawner_hooks import KUBECONFIG
+from .spawnertools import KUBECONFIG
 
 
 def in_loop(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:

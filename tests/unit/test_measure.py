@@ -9,7 +9,7 @@ from pathlib import Path
 
 from localcluster import measure
 
-from .test_supervise import run_supervised, terminate
+from .supervisetools import run_supervised, terminate
 
 HOG = "import time; b = bytearray(150 * 2**20); open('ready', 'w').close(); time.sleep(60)"
 

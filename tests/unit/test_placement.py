@@ -17,7 +17,7 @@ from gpusessions.core.placement import affinity_of, placement, pull_secrets
 from gpusessions.hub.jobs import NotebookJobs, settings_for
 from gpusessions.hub.spawner import GPUSessionSpawner
 
-from .test_spawner_hooks import _notebook_pod, kubeconfig  # noqa: F401  (a fixture)
+from .spawnertools import notebook_pod
 
 K8S = "1.35.0"
 NODE_TERM = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["h100"]}]}
@@ -87,7 +87,7 @@ def test_a_profiles_placement_reaches_its_holder_notebook_and_job_pods() -> None
     holder, settings, plain = asyncio.run(build())
     kubernetes_validate.validate(holder, K8S, strict=True)
     assert {k: holder["spec"][k] for k in PLACED} == PLACED
-    notebook = _notebook_pod(None, **OVERRIDE)["spec"]
+    notebook = notebook_pod(None, **OVERRIDE)["spec"]
     assert notebook["nodeSelector"] == PLACED["nodeSelector"]
     assert notebook["tolerations"] == PLACED["tolerations"]
     assert notebook["affinity"]["podAntiAffinity"] == AFFINITY["podAntiAffinity"]

@@ -4,36 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import kubernetes_validate
 import pytest
-from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.config import kube_config
 
-from gpusessions.hub.session import Allocation
 from gpusessions.hub.spawner import GPUSessionSpawner
-from localcluster.testing import allocation_status
 
-# KubeSpawner loads a kube config when it is built; nothing here contacts the server.
-KUBECONFIG = """
-apiVersion: v1
-kind: Config
-clusters: [{name: none, cluster: {server: "https://127.0.0.1:9"}}]
-users: [{name: none, user: {token: none}}]
-contexts: [{name: none, context: {cluster: none, user: none}}]
-current-context: none
-"""
-
-
-@pytest.fixture
-def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    path = tmp_path / "kubeconfig"
-    path.write_text(KUBECONFIG)
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
-    yield
+from .spawnertools import notebook_pod
 
 
 async def _first_gpu_message(reader_first: bool, start_takes: float) -> list[str]:
@@ -91,36 +68,12 @@ def test_the_progress_stream_gets_this_spawns_gpu_messages(reader_first: bool, s
     ]
 
 
-CLAIM = {
-    "metadata": {"name": "gpu-mock-name---6241db84", "namespace": "default"},
-    "status": allocation_status("gpu-node-0", "gpu-0-mig-1g10gb-0", "gpu-node-0"),
-}
-
-
-def _notebook_pod(gateway_url: str | None, **config: Any) -> dict[str, Any]:
-    """The notebook pod's manifest as the spawner sends it, with the GPU phase done (no cluster)."""
-
-    async def build() -> dict[str, Any]:
-        spawner = GPUSessionSpawner(_mock=True, **config)
-
-        async def prepare() -> None:
-            spawner._gpu_alloc = Allocation(CLAIM, kept=False, gateway_url=gateway_url)
-            spawner._gpu_state = {"describe": "MIG 1g.10gb", "claim": CLAIM["metadata"]["name"]}
-
-        spawner._prepare_gpu = prepare  # type: ignore[method-assign]
-        pod = await spawner.get_pod_manifest()
-        async with ApiClient() as client:
-            return client.sanitize_for_serialization(pod)  # type: ignore[no-any-return]
-
-    return asyncio.run(build())
-
-
 @pytest.mark.usefixtures("kubeconfig")
 @pytest.mark.parametrize(
     "gateway_url", [None, "http://gpu-holder-x.default.svc:8889"], ids=["plain", "kernels"]
 )
 def test_the_notebook_pod_with_its_gpu_is_valid_for_kubernetes_1_35(gateway_url: str | None) -> None:
-    pod = _notebook_pod(
+    pod = notebook_pod(
         gateway_url,
         user_options={"profile": "mig-1g-10gb"},
         gpu_device_class="mig.nvidia.com",

@@ -3,39 +3,15 @@ and never what it was told to stop."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from localcluster import procs, supervise
-from localcluster.paths import REPO_ROOT
 
-ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "devcluster")}
-
-
-def run_supervised(tmp_path: Path, script: str, grace: float) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "localcluster.supervise", "--name", "comp", "--grace", str(grace)]
-    cmd += ["--", "bash", "-c", script]
-    return subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def terminate(p: subprocess.Popen[str]) -> None:
-    """As localcluster.procs.terminate does it: SIGTERM to the group and to the process."""
-    os.killpg(p.pid, signal.SIGTERM)
-    os.kill(p.pid, signal.SIGTERM)
+from .supervisetools import run_supervised, terminate
 
 
 def wait_file(path: Path, lines: int, timeout: float = 20) -> list[str]:
