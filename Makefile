@@ -80,10 +80,11 @@ helm-build: $(CACHE)/tools/.helm-$(HELM_VERSION)
 
 # --- checks ----------------------------------------------------------------------
 lint: venv
-	@echo "gpusessions: ruff and mypy ..."
+	@echo "gpusessions: ruff, mypy and the import layers ..."
 	@$(BIN)/ruff check .
 	@$(BIN)/ruff format --check .
 	@$(BIN)/mypy
+	@$(BIN)/lint-imports --no-cache --no-logo
 
 unit: venv helm-build
 	@$(BIN)/python -m pytest tests/unit -q

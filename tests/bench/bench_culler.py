@@ -23,8 +23,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster")]
 
+from gpusessions.core.timestamps import rfc3339 as iso  # noqa: E402
 from gpusessions.culler.cycle import Culler  # noqa: E402
-from gpusessions.culler.model import iso  # noqa: E402
 from gpusessions.culler.policy import Policy, Rules  # noqa: E402
 from localcluster.testing import allocation_status  # noqa: E402
 

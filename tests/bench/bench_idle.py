@@ -140,7 +140,7 @@ c.GPUSessionSpawner.kai_queue = {queue!r}
 c.NotebookJobs.enabled = True
 """
 OUR_CULLER = """
-from gpusessions.culler.hubconfig import configure_culler
+from gpusessions.hub.cullerservice import configure_culler
 configure_culler(c, admins=[], port={port}, args={args!r})
 """
 

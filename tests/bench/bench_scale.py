@@ -55,7 +55,7 @@ MIX = {"mig-1g-10gb": 0.60, "mig-3g-40gb": 0.25, "gpu": 0.15}
 HUB = """
 from gpusessions.hub.handlers import configure_hub
 from gpusessions.core.profiles import default_profiles
-from gpusessions.culler.hubconfig import configure_culler
+from gpusessions.hub.cullerservice import configure_culler
 
 c.JupyterHub.spawner_class = "gpusessions"
 c.JupyterHub.authenticator_class = "dummy"

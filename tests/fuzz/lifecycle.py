@@ -100,7 +100,7 @@ JOB_NOTEBOOK = {
 FUZZ_CONFIG = f"""
 c.GPUSessionSpawner.gpu_allocation_timeout = 6
 c.KubeSpawner.start_timeout = 60
-from gpusessions.culler.hubconfig import configure_culler
+from gpusessions.hub.cullerservice import configure_culler
 configure_culler(c, admins=["admin"], port={{port}}, args=["--interval", "{CULLER_INTERVAL:g}",
     "--stopped-keep", "{STOPPED_KEEP:g}", "--idle-limit", "100000", "--warn-before", "5",
     "--orphan-grace", "10"])

@@ -18,7 +18,7 @@ from promtext import value
 from .hubtools import GPU_HUB_CONFIG
 
 CULLER = """
-from gpusessions.culler.hubconfig import configure_culler
+from gpusessions.hub.cullerservice import configure_culler
 configure_culler(c, admins=["admin"], port={port}, args=["--interval", "1", "--stopped-keep", "3",
     "--idle-limit", "20", "--warn-before", "5", "--orphan-grace", "3"{extra}])
 c.JupyterHub.load_roles[0]["scopes"].append("custom:gpusessions:admin")

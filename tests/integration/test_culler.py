@@ -194,7 +194,7 @@ def test_agents_answer_only_the_culler_token(api: KubeAPI, namespace: str, tmp_p
     )
     cfg = GPU_HUB_CONFIG.format(namespace=namespace) + (
         'c.GPUSessionSpawner.agent_token_secret = "gpusessions-agent"\n'
-        "from gpusessions.culler.hubconfig import configure_culler\n"
+        "from gpusessions.hub.cullerservice import configure_culler\n"
         f'configure_culler(c, admins=["admin"], port={free_port()}, agent_token={token!r},\n'
         '    args=["--interval", "1", "--idle-limit", "100000"])\n'
         'c.JupyterHub.load_roles[0]["scopes"].append("custom:gpusessions:admin")\n'

@@ -17,8 +17,8 @@ from traitlets.config import Config
 from gpusessions.core.claims import AGENT_PORT
 from gpusessions.core.kernels import KERNEL_PORT
 from gpusessions.core.labels import COMPONENT, MANAGED_BY, MANAGER
+from gpusessions.core.scopes import ADMIN as ADMIN_SCOPE
 from gpusessions.core.sizes import DeviceMatch, parse_cel
-from gpusessions.culler.hubconfig import ADMIN_SCOPE
 from gpusessions.hub import hubsetup
 from helmtools import CHART, Z2JH_VALUES, HelmError, by_kind, helm, settings_of, template, values_file
 

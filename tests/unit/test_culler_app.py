@@ -1,5 +1,5 @@
 """The culler's settings (gpusessions.culler.app.CullerApp): one declaration for the command line,
-a config file and the defaults (policy.Rules'); every flag the chart and hubconfig pass works."""
+a config file and the defaults (policy.Rules'); every flag the chart and hub/cullerservice.py pass works."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_the_charts_culler_command_parses(tmp_path: Path) -> None:
 def test_hubconfig_args_parse() -> None:
     from traitlets.config import Config
 
-    from gpusessions.culler.hubconfig import configure_culler
+    from gpusessions.hub.cullerservice import configure_culler
 
     c = Config()
     c.KubeSpawner.namespace = "jhub"

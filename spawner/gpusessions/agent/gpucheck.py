@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # the deprecated `pynvml` wrapper says so
+            # Imported here: a machine without the NVIDIA bindings gets the line below, not a traceback.
             import pynvml
     except ImportError as e:
         print(f"gpu-check: no NVIDIA GPU here: the NVML bindings are missing ({e})")

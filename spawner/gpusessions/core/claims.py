@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,8 +84,6 @@ def _exact(device_class: str, count: int, selectors: tuple[str, ...], name: str 
 
 
 def _describe(device_class: str, count: int, selectors: tuple[str, ...]) -> str:
-    import re
-
     prof = next((m.group(1) for s in selectors if (m := re.search(r"profile\s*==\s*'([^']+)'", s))), None)
     what = f"MIG {prof}" if prof else ("whole GPU" if device_class == "gpu.nvidia.com" else device_class)
     return f"{count} x {what}" if count != 1 else what

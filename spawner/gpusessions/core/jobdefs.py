@@ -34,6 +34,7 @@ from typing import Any
 
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
+from gpusessions.core import owners
 from gpusessions.core import schedule as S
 from gpusessions.core.claims import GPURequest
 
@@ -269,17 +270,9 @@ def build_claim_template(
 
 def owner_reference(cronjob: Obj, controller: bool = False) -> Obj:
     """An owner reference to a created CronJob: what it owns goes with it."""
-    md = cronjob["metadata"]
-    ref: Obj = {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "name": md["name"],
-        "uid": md["uid"],
-        "blockOwnerDeletion": False,
-    }
-    if controller:
-        ref["controller"] = True
-    return ref
+    return owners.owner_reference(
+        cronjob, "batch/v1", "CronJob", block_owner_deletion=False, controller=controller
+    )
 
 
 def build_run(cronjob: Obj, run: str) -> Obj:

@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpusessions.core import labels as L
+from gpusessions.core import owners
 from gpusessions.core.claims import REQUEST_NAME, GPURequest
 from gpusessions.core.placement import placement
+from gpusessions.core.timestamps import epoch
 
 Obj = dict[str, Any]
 
@@ -345,16 +347,14 @@ def build_claim_template(
     }
 
 
+def selector(username: str) -> str:
+    """The label selector of a user's jobs (and their pods)."""
+    return f"{L.MANAGED_BY}={L.MANAGER},{L.NOTEBOOK_COMPONENT}={JOB},{L.USER_LABEL}={L.label_value(username)}"
+
+
 def owner_reference(job: Obj) -> Obj:
     """An owner reference to a created Job (its uid): what it owns goes with it."""
-    md = job["metadata"]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "name": md["name"],
-        "uid": md["uid"],
-        "blockOwnerDeletion": False,
-    }
+    return owners.owner_reference(job, "batch/v1", "Job", block_owner_deletion=False)
 
 
 def owned_by_user(obj: Obj, username: str) -> bool:
@@ -477,17 +477,7 @@ def job_state(job: Obj, pods: Iterable[Obj] = (), by: str = "") -> Obj:
 
 
 def _seconds(start: Any, end: Any, now: float) -> float:
-    import datetime
-
-    def ts(v: Any) -> float | None:
-        if not v:
-            return None
-        try:
-            return datetime.datetime.fromisoformat(str(v).replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-
-    a, b = ts(start), ts(end)
+    a, b = epoch(start), epoch(end)
     if a is None:
         return 0.0
     return max(0.0, (b if b is not None else now) - a)

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpusessions.core import labels as L
+from gpusessions.core import owners
 
 Obj = dict[str, Any]
 KERNELS_CONTAINER = "kernels"
@@ -78,21 +79,11 @@ def _child_metadata(name: str, namespace: str, claim: Obj, username: str, server
 
 
 def owner_reference(claim: Obj) -> Obj:
-    md = claim["metadata"]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "name": md["name"],
-        "uid": md["uid"],
-    }
+    return owners.owner_reference(claim, "resource.k8s.io/v1", "ResourceClaim")
 
 
 def owned_by_claim(secret_md: Obj, claim: Obj) -> bool:
-    uid = claim["metadata"].get("uid")
-    return any(
-        r.get("uid") == uid
-        for r in secret_md.get("ownerReferences") or secret_md.get("owner_references") or []
-    )
+    return owners.owned_by(secret_md, claim)
 
 
 def token_env(name: str, secret: str) -> Obj:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
+
+from gpusessions.core.timestamps import epoch
 
 Obj = dict[str, Any]
 EVICT_REASON = "Evict"
@@ -39,13 +40,9 @@ def evicted_by(events: Iterable[Obj], namespace: str, pods: Iterable[str], since
 def _event_time(e: Obj) -> float:
     """When the event last happened (epoch seconds); +inf when it says nothing (count it)."""
     for v in (e.get("lastTimestamp"), e.get("eventTime"), (e.get("metadata") or {}).get("creationTimestamp")):
-        if isinstance(v, datetime):
-            return v.timestamp()
-        if isinstance(v, str) and v:
-            try:
-                return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                continue
+        t = epoch(v)
+        if t is not None:
+            return t
     return float("inf")
 
 

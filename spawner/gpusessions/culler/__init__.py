@@ -9,5 +9,6 @@ One concern per module: `app.py` (settings and start-up: a traitlets
 Application), `cycle.py` (inventory -> decisions -> actions), `policy.py` and
 `contention.py` (the decisions, pure), `model.py` (a session, joined from the
 objects), `kube.py` and `hub.py` (the two APIs), `web.py` (admin page, JSON
-API, actions), `metrics.py` (Prometheus), `hubconfig.py` (the hub's side).
+API, actions), `metrics.py` (Prometheus). The hub's side (adding this service to a hub config) is
+`gpusessions.hub.cullerservice`; the culler imports nothing of the hub.
 """

@@ -1,7 +1,7 @@
 """The culler's settings and start-up: a traitlets `Application`.
 
 One declaration gives the command line (the flag spellings the chart and
-hubconfig.py pass: `--idle-limit=7200`, `--dry-run`, ...), a config file
+gpusessions.hub.cullerservice pass: `--idle-limit=7200`, `--dry-run`, ...), a config file
 (`--config=culler_config.py`, `c.CullerApp.idle_limit = 7200`) and the
 defaults, which are `policy.Rules`' own (the policy stays pure and testable).
 """
@@ -22,7 +22,13 @@ from urllib.parse import urlparse
 from traitlets import Bool, Dict, Float, TraitError, Unicode
 from traitlets.config import Application
 
+from gpusessions.culler.cycle import Culler, run_forever
+from gpusessions.culler.history import History
+from gpusessions.culler.hub import HubAPI
+from gpusessions.culler.jobtime import note_forever
+from gpusessions.culler.kube import ClusterSide
 from gpusessions.culler.policy import Policy, Rules
+from gpusessions.culler.web import make_app
 
 
 class JSONDict(Dict):
@@ -162,13 +168,6 @@ class CullerApp(Application):
         asyncio.run(self.run())
 
     async def run(self) -> None:
-        # Imported here: the settings (and their tests) need no Kubernetes client or tornado app.
-        from gpusessions.culler.cycle import Culler, run_forever
-        from gpusessions.culler.history import History
-        from gpusessions.culler.hub import HubAPI
-        from gpusessions.culler.kube import ClusterSide
-        from gpusessions.culler.web import make_app
-
         api_url = os.environ["JUPYTERHUB_API_URL"]
         token = os.environ["JUPYTERHUB_API_TOKEN"]
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpusessions/")
@@ -192,8 +191,6 @@ class CullerApp(Application):
         )
         _AT_EXIT.append(lambda: culler.history.save(time.time(), force=True))
         if cluster.job_times is not None:  # --jobs: note the run time of the jobs' pods
-            from gpusessions.culler.jobtime import note_forever
-
             _TASKS.append(
                 asyncio.ensure_future(note_forever(cluster, min(self.interval, 30.0), self.dry_run))
             )

@@ -17,6 +17,7 @@ from typing import Any
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from gpusessions.core.claims import AGENT_PORT
+from gpusessions.core.timestamps import rfc3339
 from gpusessions.culler.contention import mark_contention
 from gpusessions.culler.history import History, session_equivalent
 from gpusessions.culler.hub import HubAPI
@@ -31,7 +32,6 @@ from gpusessions.culler.model import (
     WARNED_AT,
     Session,
     annotation_time,
-    iso,
     join,
 )
 from gpusessions.culler.policy import (
@@ -298,12 +298,12 @@ class Culler:
                         None if (last_busy or s.created) is None else now - (last_busy or s.created or now)
                     ),
                     "queue": s.queue or None,
-                    "keep_until": iso(s.keep_until),
-                    "warned_at": iso(s.warned_at),
+                    "keep_until": rfc3339(s.keep_until),
+                    "warned_at": rfc3339(s.warned_at),
                     "waiters": s.waiters,
                     "decision": d.action,
                     "reason": d.reason,
-                    "cull_at": iso(d.at),
+                    "cull_at": rfc3339(d.at),
                     "seconds_left": None if d.at is None else max(0.0, d.at - now),
                 }
             )

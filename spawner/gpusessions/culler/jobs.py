@@ -8,7 +8,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from datetime import datetime
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -17,21 +16,11 @@ from prometheus_client.registry import Collector
 from gpusessions.core import jobdefs as D
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
+from gpusessions.core.timestamps import epoch
 
 Obj = dict[str, Any]
 # The culler's watch of Jobs: the hub's notebook jobs only.
 SELECTOR = f"{L.MANAGED_BY}={L.MANAGER},{L.NOTEBOOK_COMPONENT}={J.JOB}"
-
-
-def _epoch(v: Any) -> float | None:
-    if isinstance(v, datetime):
-        return v.timestamp()
-    if isinstance(v, str) and v:
-        try:
-            return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
 
 
 def rows(jobs: Iterable[Obj], now: float | None = None) -> list[Obj]:
@@ -51,7 +40,7 @@ def rows(jobs: Iterable[Obj], now: float | None = None) -> list[Obj]:
             held = sum(J.recorded_run_seconds(job).values()) * (1 if pod.get("resourceClaims") else 0)
         else:  # no pod seen: its run time since it first started x its GPU workers
             gpus = int(req.get("workers") or 1) if pod.get("resourceClaims") else 0
-            start, end = _epoch(st.get("startTime")), _epoch(st.get("completionTime"))
+            start, end = epoch(st.get("startTime")), epoch(st.get("completionTime"))
             held = max(0.0, (end or now) - start) * gpus if start else 0.0
         out.append(
             {

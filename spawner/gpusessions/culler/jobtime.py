@@ -22,6 +22,7 @@ from typing import Any
 
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
+from gpusessions.core.owners import owner_name
 
 log = logging.getLogger("gpusessions.culler")
 Obj = dict[str, Any]
@@ -43,9 +44,9 @@ class PodTime:
 def job_of(pod: Obj) -> str | None:
     """The name of the Job a pod belongs to."""
     md = pod.get("metadata") or {}
-    for ref in md.get("ownerReferences") or []:
-        if ref.get("kind") == "Job":
-            return str(ref.get("name"))
+    owner = owner_name(md, "Job")
+    if owner is not None:
+        return owner
     job_id = (md.get("labels") or {}).get(J.JOB_ID_LABEL)
     return J.job_name(job_id) if job_id else None
 

@@ -12,6 +12,8 @@ from kubernetes_asyncio.client import ApiException
 from kubespawner.clients import load_config, shared_client
 
 from gpusessions.core import labels as L
+from gpusessions.culler.jobs import SELECTOR as JOBS
+from gpusessions.culler.jobtime import POD_SELECTOR, JobTimes
 from gpusessions.kube.watch import Cache
 
 Obj = dict[str, Any]
@@ -41,8 +43,6 @@ class ClusterSide:
             list_claims = partial(self.resource.list_resource_claim_for_all_namespaces, label_selector=CLAIMS)
             list_holders = partial(self.core.list_pod_for_all_namespaces, label_selector=L.HOLDERS)
         # Notebook jobs (read-only, for the admin JSON and metrics: culler/jobs.py).
-        from gpusessions.culler.jobs import SELECTOR as JOBS
-
         self.batch = batch = shared_client("BatchV1Api")
         if namespace:
             list_jobs = partial(batch.list_namespaced_job, namespace, label_selector=JOBS)
@@ -50,8 +50,6 @@ class ClusterSide:
             list_jobs = partial(batch.list_job_for_all_namespaces, label_selector=JOBS)
         self.jobs: Cache | None = Cache("jobs", list_jobs, lambda: None) if jobs else None
         # ... and their pods, whose run time the culler notes on their Job (culler/jobtime.py).
-        from gpusessions.culler.jobtime import POD_SELECTOR, JobTimes
-
         if namespace:
             list_job_pods = partial(self.core.list_namespaced_pod, namespace, label_selector=POD_SELECTOR)
         else:

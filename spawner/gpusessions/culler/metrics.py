@@ -10,21 +10,37 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from gpusessions.culler.cycle import Culler
+from gpusessions.culler.fleet import cell_state
+from gpusessions.culler.history import History, session_equivalent
+from gpusessions.culler.jobs import JobsCollector
+from gpusessions.culler.model import Session
+
+
+class CullerState(Protocol):
+    """What the exporter reads of the culler's state (`cycle.Culler` has it): the exporter
+    depends on this, not on the cycle that writes it."""
+
+    sessions: list[Session]
+    actions: Counter[str]
+    culls: Counter[str]
+    idle_gpu_seconds: dict[str, float]
+    history: History
+    cycles: int
+    last_cycle_seconds: float | None
+
 
 # The content type the culler has always served (the text format 0.0.4, which generate_latest writes).
 CONTENT_TYPE = "text/plain; version=0.0.4"
 
 
 class CullerCollector(Collector):
-    def __init__(self, culler: Culler) -> None:
+    def __init__(self, culler: CullerState) -> None:
         self.culler = culler
 
     def collect(self) -> Iterator[Metric]:
@@ -70,12 +86,9 @@ class CullerCollector(Collector):
             )
 
 
-def equivalents(c: Culler) -> GaugeMetricFamily:
+def equivalents(c: CullerState) -> GaugeMetricFamily:
     """GPU-equivalents held now, by state (busy, idle, kept, pending: the admin page's colours),
     profile and queue."""
-    from gpusessions.culler.fleet import cell_state
-    from gpusessions.culler.history import session_equivalent
-
     g = GaugeMetricFamily(
         "gpusessions_gpu_equivalents",
         "GPU-equivalents held now (a MIG slice Ng is N/7), by state (busy, idle, kept: server "
@@ -96,7 +109,7 @@ def equivalents(c: Culler) -> GaugeMetricFamily:
 GPU_HOUR_KINDS = ("held", "busy", "idle", "kept", "reclaimed")
 
 
-def gpu_hours(c: Culler, now: float | None = None) -> GaugeMetricFamily:
+def gpu_hours(c: CullerState, now: float | None = None) -> GaugeMetricFamily:
     """GPU-equivalent-hours from the culler's record, today (UTC) and over the last 7 days."""
     now = time.time() if now is None else now
     g = GaugeMetricFamily(
@@ -114,11 +127,9 @@ def gpu_hours(c: Culler, now: float | None = None) -> GaugeMetricFamily:
     return g
 
 
-def exposition(culler: Culler) -> str:
+def exposition(culler: CullerState) -> str:
     """The text /metrics serves for this culler's state now."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(CullerCollector(culler))
-    from gpusessions.culler.jobs import JobsCollector
-
     registry.register(JobsCollector(culler))  # notebook jobs (none without the culler's Job watch)
     return generate_latest(registry).decode()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,27 +13,9 @@ from gpusessions.core.labels import KEEP_UNTIL as KEEP_UNTIL
 from gpusessions.core.labels import KEPT_AT as KEPT_AT
 from gpusessions.core.labels import STOPPED_SINCE as STOPPED_SINCE
 from gpusessions.core.labels import WARNED_AT as WARNED_AT
+from gpusessions.core.timestamps import epoch
 
 Obj = dict[str, Any]
-
-
-def parse_time(value: str | None) -> float | None:
-    """RFC 3339 / ISO 8601 (as Kubernetes and JupyterHub write times) to unix seconds."""
-    if not value:
-        return None
-    try:
-        dt = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=datetime.UTC)
-    return dt.timestamp()
-
-
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -121,7 +102,7 @@ def session_from_claim(claim: Obj) -> Session:
         request=ann.get(L.REQUEST_HASH, ""),
         size=describe_spec(claim.get("spec") or {}),
         queue=(md.get("labels") or {}).get(L.QUEUE_LABEL, ""),
-        created=parse_time(md.get("creationTimestamp")),
+        created=epoch(md.get("creationTimestamp")),
         allocated=bool(allocation(claim)),
         deleting=bool(md.get("deletionTimestamp")),
         node=allocated_node(claim),
@@ -140,7 +121,7 @@ def annotation_time(v: str | None) -> float | None:
     try:
         return float(v)
     except ValueError:
-        return parse_time(v)
+        return epoch(v)
 
 
 def join(claims: list[Obj], holders: list[Obj], hub_users: list[Obj]) -> tuple[list[Session], list[Obj]]:
@@ -167,7 +148,7 @@ def join(claims: list[Obj], holders: list[Obj], hub_users: list[Obj]) -> tuple[l
             s.holder_restarts = sum(int(cs.get("restartCount", 0)) for cs in statuses)
             s.holder_phase = st.get("phase")
             started = [
-                parse_time(((cs.get("state") or {}).get("running") or {}).get("startedAt")) for cs in statuses
+                epoch(((cs.get("state") or {}).get("running") or {}).get("startedAt")) for cs in statuses
             ]
             s.holder_started = max((t for t in started if t is not None), default=None)
         u = users.get(s.user or "")
@@ -178,8 +159,8 @@ def join(claims: list[Obj], holders: list[Obj], hub_users: list[Obj]) -> tuple[l
                 s.hub_server = True
                 s.running = bool(srv.get("ready"))
                 s.pending = srv.get("pending")
-                s.notebook_last_activity = parse_time(srv.get("last_activity"))
-                s.server_started = parse_time(srv.get("started"))
+                s.notebook_last_activity = epoch(srv.get("last_activity"))
+                s.server_started = epoch(srv.get("started"))
             elif not s.server:
                 # The default server always exists for a user, stopped or not.
                 s.hub_server = True

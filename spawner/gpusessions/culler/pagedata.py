@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpusessions.core.timestamps import rfc3339
 from gpusessions.culler import jobs as culler_jobs
 from gpusessions.culler.chart import charts
 from gpusessions.culler.fleet import Layout, fleet, layout, pool_of
 from gpusessions.culler.history import IDLE
-from gpusessions.culler.model import iso
 
 Obj = dict[str, Any]
 
@@ -136,7 +136,7 @@ class PageData:
         slices = getattr(c.cluster, "slices", None)
         # The fleet first: its nodes are spliced in at the first placeholder (serialize).
         return {
-            "generated": iso(now),
+            "generated": rfc3339(now),
             # What changed since the last document: the page redraws a section only then (a
             # 1,000-node map or 5,000 rows every 5 s would keep a browser busy).
             "versions": {
@@ -146,7 +146,7 @@ class PageData:
             "fleet": fleet_doc,
             "fleet_error": problem,
             "cycles": c.cycles,
-            "last_cycle": iso(c.last_cycle),
+            "last_cycle": rfc3339(c.last_cycle),
             "dry_run": c.policy.dry_run,
             "error": c.last_error,
             "chart": charts(c.history, now),

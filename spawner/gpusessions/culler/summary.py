@@ -14,13 +14,11 @@ have stayed idle.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpusessions.culler.history import History
+from gpusessions.culler.model import Session
 from gpusessions.culler.policy import Decision, Policy, Rules, _dur, gpu_idle_since
-
-if TYPE_CHECKING:
-    from gpusessions.culler.history import History
-    from gpusessions.culler.model import Session
 
 WEEK = 7 * 86400.0
 KINDS = ("held", "busy", "idle", "kept", "reclaimed")

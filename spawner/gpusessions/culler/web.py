@@ -23,12 +23,12 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from jupyterhub.utils import url_path_join
 from tornado import web
 
+from gpusessions.core import scopes
+from gpusessions.core.timestamps import epoch, rfc3339
 from gpusessions.culler import jobs as culler_jobs
 from gpusessions.culler import summary
 from gpusessions.culler.cycle import Culler
-from gpusessions.culler.hubconfig import ADMIN_SCOPE
 from gpusessions.culler.metrics import CONTENT_TYPE
-from gpusessions.culler.model import iso, parse_time
 from gpusessions.culler.pagedata import PageData
 
 Obj = dict[str, Any]
@@ -37,7 +37,7 @@ Obj = dict[str, Any]
 class _Admin(HubOAuthenticated, web.RequestHandler):
     """Admins only: the custom scope (or admin:users, which hub admins hold)."""
 
-    hub_scopes = {ADMIN_SCOPE, "admin:users"}
+    hub_scopes = {scopes.ADMIN, "admin:users"}
 
     def initialize(self, culler: Culler) -> None:
         self.culler = culler
@@ -143,7 +143,7 @@ class SessionsHandler(_Admin):
                     "sessions": self.culler.describe(),
                     "jobs": culler_jobs.rows(culler_jobs.watched(self.culler) or []),  # notebook jobs
                     "cycles": self.culler.cycles,
-                    "last_cycle": iso(self.culler.last_cycle),
+                    "last_cycle": rfc3339(self.culler.last_cycle),
                     "dry_run": self.culler.policy.dry_run,
                     "error": self.culler.last_error,
                     "record": summary.record(self.culler.history, time.time()),
@@ -163,11 +163,11 @@ class ActionHandler(_Admin):
         elif action == "keep":
             data = json.loads(self.request.body or b"{}")
             until = data.get("until")
-            ts = float(until) if isinstance(until, (int, float)) else parse_time(until)
+            ts = float(until) if isinstance(until, (int, float)) else epoch(until)
             if ts is None:
                 raise web.HTTPError(400, 'give "until" as unix seconds or an ISO time')
             await self.culler.keep(namespace, claim, ts)
-            body = {"kept_until": iso(ts)}
+            body = {"kept_until": rfc3339(ts)}
         else:
             raise web.HTTPError(404)
         self.settings["page_data"].invalidate()

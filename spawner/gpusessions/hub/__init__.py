@@ -2,6 +2,8 @@
 
 The spawner (`GPUSessionSpawner`), the lifecycle of one server's GPU
 (`session`), a new claim's admission into its team's queue (`admission`), the
-picker form and availability endpoint, the hub's own
-endpoints (release), notices to users and the one-document hub setup.
+picker form and its figures, notices to users and the one-document hub setup.
+The hub's own endpoints follow JupyterHub's pattern: a base handler (`base`),
+each endpoint module's `default_handlers`, one list of them all (`routes`),
+enabled by `configure.configure_hub(c)`. Imports core and kube, never the culler.
 """

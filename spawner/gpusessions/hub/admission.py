@@ -12,6 +12,7 @@ from typing import Any
 
 from gpusessions.core.claims import GPURequest
 from gpusessions.core.queues import QueuePolicy
+from gpusessions.kube.watch import cluster_view
 
 VIEW_WAIT = 5.0  # seconds to wait for the shared watch's first list
 
@@ -37,8 +38,6 @@ class Admission:
         """The new claim's annotations (what it is charged); `Refused` when it would take the
         team past its quota. Without a reliable picture of the cluster nothing is checked:
         the scheduler's own quota is the hard limit."""
-        from gpusessions.kube.watch import cluster_view
-
         view = cluster_view()
         if not await view.wait_ready(timeout=VIEW_WAIT) or view.errors:
             if self.policy.limit(self.queue) is not None:

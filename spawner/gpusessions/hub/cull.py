@@ -26,11 +26,14 @@ import math
 import time
 from typing import Any
 
-from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
 from gpusessions.core import labels as L
+from gpusessions.core import scopes
+from gpusessions.core.timestamps import epoch
+from gpusessions.hub.base import GPUSessionsAPIHandler
+from gpusessions.kube.watch import cluster_view
 
 Key = tuple[str, str]  # (user, server name)
 _kept: dict[Key, float] = {}  # when the hub last received a keep for that server
@@ -60,29 +63,20 @@ def culled_since_start(user: str, server: str, started: float | None) -> bool:
 def started_at(spawner: Any) -> float | None:
     """When the hub started this server (None: not running)."""
     orm = getattr(spawner, "orm_spawner", None)
-    started = getattr(orm, "started", None)
-    if started is None:
-        return None
-    from datetime import UTC
-
-    return float(started.replace(tzinfo=started.tzinfo or UTC).timestamp())
+    return epoch(getattr(orm, "started", None))  # the hub's database: a naive UTC datetime
 
 
 def _claim_of(spawner: Any) -> dict[str, Any] | None:
     """The server's claim as the hub's shared watch holds it now (no API call)."""
-    from gpusessions.kube.watch import cluster_view
-
     state = spawner.get_state().get("gpusessions") or {}
     if not state.get("claim"):
         return None
     return cluster_view().claims.objects.get(f"{state.get('namespace')}/{state['claim']}")
 
 
-class CullHandler(APIHandler):
-    @needs_scope("servers")
+class CullHandler(GPUSessionsAPIHandler):
+    @needs_scope(scopes.SERVERS)
     async def post(self, user_name: str, server_name: str = "") -> None:
-        from gpusessions.hub.handlers import _user_and_spawner
-
         try:
             body = json.loads(self.request.body or b"{}")
             since = float(body.get("since"))
@@ -92,7 +86,7 @@ class CullHandler(APIHandler):
             raise web.HTTPError(400, f"The body must be JSON: {wanted}") from None
         if not math.isfinite(since):
             raise web.HTTPError(400, "since must be a finite unix time")
-        user, spawner = _user_and_spawner(self, user_name, server_name)
+        user, spawner = self.user_and_spawner(user_name, server_name)
         out: dict[str, Any] = {"server": server_name}
         # Everything up to the stop's start runs without an await: a keep cannot slip in between.
         if spawner.pending:
@@ -116,13 +110,11 @@ class CullHandler(APIHandler):
             stop.add_done_callback(done)
             await asyncio.sleep(0)
             out["outcome"] = "stopping"
-        self.set_status(202 if out["outcome"] == "stopping" else 409 if out["outcome"] == "kept" else 200)
-        self.set_header("Content-Type", "application/json")
-        self.write(json.dumps(out))
+        status = 202 if out["outcome"] == "stopping" else 409 if out["outcome"] == "kept" else 200
+        self.write_json(out, status)
 
 
-def handlers() -> list[tuple[str, Any]]:
-    return [
-        (r"/api/gpusessions/users/([^/]+)/cull", CullHandler),
-        (r"/api/gpusessions/users/([^/]+)/servers/([^/]+)/cull", CullHandler),
-    ]
+default_handlers: list[tuple[str, Any]] = [
+    (r"/api/gpusessions/users/([^/]+)/cull", CullHandler),
+    (r"/api/gpusessions/users/([^/]+)/servers/([^/]+)/cull", CullHandler),
+]

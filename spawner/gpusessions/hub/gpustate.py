@@ -12,14 +12,14 @@ the user's own token or an admin's.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-from jupyterhub.apihandlers.base import APIHandler
-
 from gpusessions.core import labels as L
-from gpusessions.hub.handlers import ReleaseGPUHandler, _authorize, _my_claims, _user_and_spawner
+from gpusessions.core import scopes
+from gpusessions.hub import notices
+from gpusessions.hub.base import GPUSessionsAPIHandler
+from gpusessions.kube.watch import cluster_view
 
 
 def _float(value: str | None) -> float | None:
@@ -48,41 +48,36 @@ def claim_state(claim: dict[str, Any] | None, now: float | None = None) -> dict[
     }
 
 
-class GPUStateHandler(APIHandler):
+class GPUStateHandler(GPUSessionsAPIHandler):
     async def get(self, user_name: str) -> None:
-        from gpusessions.hub import notices
-        from gpusessions.kube.watch import cluster_view
-
         server = self.get_argument("server", "")
-        _authorize(self, "read:servers", user_name, server)
-        _, spawner = _user_and_spawner(self, user_name, server)
+        self.authorize(scopes.READ_SERVERS, user_name, server)
+        _, spawner = self.user_and_spawner(user_name, server)
         await cluster_view().wait_ready(timeout=5)
         mine = [
             c
-            for c in _my_claims(user_name)
+            for c in self.claims_of(user_name)
             if (c["metadata"].get("annotations") or {}).get(L.SERVER_ANNOTATION, "") == server
         ]
         out = claim_state(mine[0] if mine else None)
         out["keep_on_stop"] = bool(getattr(spawner, "keep_gpu_on_stop", False))
         out["notices"] = notices.for_user(user_name, server)
-        self.set_header("Content-Type", "application/json")
-        self.write(json.dumps(out))
+        self.write_json(out)
 
 
-class ServerReleaseHandler(ReleaseGPUHandler):
+class ServerReleaseHandler(GPUSessionsAPIHandler):
     """The release of one server's GPU, allowed with that server's own token.
 
     JupyterHub's `needs_scope` on the default-server route checks the user filter only;
-    this checks the server filter too, then does exactly what ReleaseGPUHandler does."""
+    this checks the server filter too, then releases as `release.ReleaseGPUHandler` does."""
 
-    async def post(self, user_name: str, server_name: str = "") -> None:
+    async def post(self, user_name: str) -> None:
         server = self.get_argument("server", "")
-        _authorize(self, "servers", user_name, server)
-        await ReleaseGPUHandler.post.__wrapped__(self, user_name, server)
+        self.authorize(scopes.SERVERS, user_name, server)
+        self.write_json(await self.release(user_name, server))
 
 
-def handlers() -> list[tuple[str, Any]]:
-    return [
-        (r"/api/gpusessions/users/([^/]+)/gpu", GPUStateHandler),
-        (r"/api/gpusessions/users/([^/]+)/gpu/release", ServerReleaseHandler),
-    ]
+default_handlers: list[tuple[str, Any]] = [
+    (r"/api/gpusessions/users/([^/]+)/gpu", GPUStateHandler),
+    (r"/api/gpusessions/users/([^/]+)/gpu/release", ServerReleaseHandler),
+]

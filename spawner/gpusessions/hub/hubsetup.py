@@ -31,8 +31,8 @@ import jsonschema
 
 from gpusessions.core import queues as Q
 from gpusessions.core.sizes import DeviceMatch
-from gpusessions.culler.hubconfig import configure_culler
-from gpusessions.hub.handlers import configure_hub
+from gpusessions.hub.configure import configure_hub
+from gpusessions.hub.cullerservice import configure_culler
 
 Obj = dict[str, Any]
 # The document's jobs settings -> c.NotebookJobs traits (hub/jobs.py).

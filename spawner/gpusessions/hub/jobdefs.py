@@ -17,7 +17,7 @@ counts), plus its schedule (`core.schedule`: five cron fields, runs at least
 the field and creates nothing. Its runs are Jobs like one-off jobs (`core.jobdefs`): the job
 endpoints list, read and delete them, the culler sees them.
 
-Settings: `c.NotebookJobDefinitions.<trait>` (below); `c.NotebookJobs.enabled` off turns these
+Settings: `c.NotebookJobDefinitions.<trait>` (`jobsettings.py`); `c.NotebookJobs.enabled` off turns these
 endpoints off too.
 """
 
@@ -28,60 +28,20 @@ import uuid
 from typing import Any
 
 from tornado import web
-from traitlets import Bool, Int
-from traitlets.config import Configurable
 
 from gpusessions.core import jobdefs as D
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
-from gpusessions.hub.jobs import JobsBase, NotebookJobs, create_with_template, describe
+from gpusessions.hub.jobs import JobsBase, create_with_template, describe
+from gpusessions.hub.jobsettings import NotebookJobDefinitions, NotebookJobs
 from gpusessions.kube.api import Conflict, KubeError
+from gpusessions.kube.jobdefs import DefinitionsAPI
 
 Obj = dict[str, Any]
 
 
-class NotebookJobDefinitions(Configurable):
-    """Settings of job definitions (schedules) (`c.NotebookJobDefinitions`)."""
-
-    enabled = Bool(True, help="Offer schedules (job definitions); needs `c.NotebookJobs.enabled` too.").tag(
-        config=True
-    )
-    min_interval_minutes = Int(
-        15,
-        min=1,
-        help="The shortest time between two runs of a schedule, in minutes (a schedule running "
-        "more often is refused). Each run waits in the team's queue like any job.",
-    ).tag(config=True)
-    max_definitions = Int(5, min=1, help="Job definitions one user may have.").tag(config=True)
-    history_limit = Int(
-        3,
-        min=0,
-        help="Finished runs of a definition kept (each of succeeded and failed; the CronJob's "
-        "history limits); older runs are deleted, their output notebooks stay in the home.",
-    ).tag(config=True)
-
-
 def definition_settings(handler: Any) -> NotebookJobDefinitions:
     return NotebookJobDefinitions(config=handler.settings.get("config"))
-
-
-async def delete_user_definitions(namespace: str, user_name: str, log: Any) -> int:
-    """Delete every job definition of a user (the user is being deleted): CronJobs and their
-    claim templates; their runs go with them (and with the user's jobs). Returns how many."""
-    from gpusessions.kube.jobdefs import DefinitionsAPI
-
-    api = DefinitionsAPI()
-    n = 0
-    try:
-        for cj in await api.list_cronjobs(namespace, D.selector(user_name)):
-            if D.owned_definition(cj, user_name):
-                n += await api.delete_cronjob(namespace, cj["metadata"]["name"])
-                await api.delete_claim_template(namespace, cj["metadata"]["name"])
-    except KubeError as e:  # the user still goes; say what is left
-        log.warning("The job definitions of %s could not all be deleted: %s", user_name, e)
-    if n:
-        log.info("Deleted %d job definition(s) of %s with the user", n, user_name)
-    return n
 
 
 def _request_hash(template: Obj | None) -> str | None:
@@ -154,8 +114,6 @@ class DefinitionsBase(JobsBase):
 
 class DefinitionsHandler(DefinitionsBase):
     async def get(self, user_name: str) -> None:
-        from gpusessions.kube.jobdefs import DefinitionsAPI
-
         _, spawner, _ = self._begin_definitions(user_name, write=False)
         found = await _listed(DefinitionsAPI(), spawner.namespace, user_name)
         out = [D.describe(cj) for cj in found if D.owned_definition(cj, user_name)]
@@ -163,8 +121,6 @@ class DefinitionsHandler(DefinitionsBase):
         self._json({"job_definitions": out})
 
     async def post(self, user_name: str) -> None:
-        from gpusessions.kube.jobdefs import DefinitionsAPI
-
         user, spawner, cfg = self._begin_definitions(user_name, write=True)
         d = self._check(self._body(), cfg)
         def_id = uuid.uuid4().hex[:12]
@@ -196,15 +152,11 @@ class DefinitionsHandler(DefinitionsBase):
 
 class DefinitionHandler(DefinitionsBase):
     async def get(self, user_name: str, def_id: str) -> None:
-        from gpusessions.kube.jobdefs import DefinitionsAPI
-
         _, spawner, _ = self._begin_definitions(user_name, write=False)
         self._json(D.describe(await self._find_definition(DefinitionsAPI(), spawner, user_name, def_id)))
 
     async def patch(self, user_name: str, def_id: str) -> None:
         """Change fields (all checked again, as on creation); `active` pauses or resumes."""
-        from gpusessions.kube.jobdefs import DefinitionsAPI
-
         user, spawner, cfg = self._begin_definitions(user_name, write=True)
         api = DefinitionsAPI()
         change = self._body()
@@ -247,8 +199,6 @@ class DefinitionHandler(DefinitionsBase):
         self._json(D.describe(replaced))
 
     async def delete(self, user_name: str, def_id: str) -> None:
-        from gpusessions.kube.jobdefs import DefinitionsAPI
-
         _, spawner, _ = self._begin_definitions(user_name, write=True)
         api = DefinitionsAPI()
         await self._find_definition(api, spawner, user_name, def_id)
@@ -266,8 +216,6 @@ class DefinitionHandler(DefinitionsBase):
 class DefinitionRunHandler(DefinitionsBase):
     async def post(self, user_name: str, def_id: str) -> None:
         """Run the definition now (its parameters, or some overridden), whatever its schedule."""
-        from gpusessions.kube.jobdefs import DefinitionsAPI
-
         user, spawner, cfg = self._begin_definitions(user_name, write=True)
         api = DefinitionsAPI()
         current = await self._find_definition(api, spawner, user_name, def_id)
@@ -303,10 +251,9 @@ class DefinitionRunHandler(DefinitionsBase):
         self._json(describe(created, []), status=201)
 
 
-def handlers() -> list[tuple[str, Any]]:
-    """Routes under the hub prefix (/hub/)."""
-    return [
-        (r"/api/gpusessions/users/([^/]+)/jobdefinitions", DefinitionsHandler),
-        (r"/api/gpusessions/users/([^/]+)/jobdefinitions/([^/]+)", DefinitionHandler),
-        (r"/api/gpusessions/users/([^/]+)/jobdefinitions/([^/]+)/jobs", DefinitionRunHandler),
-    ]
+# Routes under the hub prefix (/hub/).
+default_handlers: list[tuple[str, Any]] = [
+    (r"/api/gpusessions/users/([^/]+)/jobdefinitions", DefinitionsHandler),
+    (r"/api/gpusessions/users/([^/]+)/jobdefinitions/([^/]+)", DefinitionHandler),
+    (r"/api/gpusessions/users/([^/]+)/jobdefinitions/([^/]+)/jobs", DefinitionRunHandler),
+]

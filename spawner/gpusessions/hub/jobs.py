@@ -17,7 +17,7 @@ the user's count of unfinished jobs, and the team queue, and only then creates t
 The runs of a job definition (a schedule: `hub/jobdefs.py`) are jobs here too, listed, read and
 deleted with the id `<definition>-<run>` (their Job `nbdef-<definition>-<run>`).
 
-Settings: `c.NotebookJobs.<trait>` (below).
+Settings: `c.NotebookJobs.<trait>` (`jobsettings.py`).
 """
 
 from __future__ import annotations
@@ -28,74 +28,28 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
-from traitlets import Bool, Dict, Int, Unicode
-from traitlets.config import Configurable
 
 from gpusessions.core import jobdefs as D
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
 from gpusessions.core import queues as Q
+from gpusessions.core import reclaim, scopes
 from gpusessions.core.claims import GPURequest
 from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.progress import Refused
 from gpusessions.core.requests import configured, profile_settings, request_from
-from gpusessions.hub.handlers import _authorize
+from gpusessions.hub.base import GPUSessionsAPIHandler
+from gpusessions.hub.jobsettings import NotebookJobs
+from gpusessions.hub.picker import figures_for
 from gpusessions.kube.api import KubeError
+from gpusessions.kube.jobs import JobsAPI
 
 Obj = dict[str, Any]
 CPU = "cpu"
 
 
-class NotebookJobs(Configurable):
-    """Settings of notebook jobs (`c.NotebookJobs`)."""
-
-    enabled = Bool(True, help="Offer notebook jobs (the endpoints answer 404 when off).").tag(config=True)
-    priority_class = Unicode(
-        J.PRIORITY_CLASS,
-        help="KAI priority class of a job's pods (default `train`: preemptible, may run over the "
-        "queue's quota, reclaimed when the owning team needs its GPUs). A size's profile may set "
-        "its own with `kubespawner_override: {job_priority_class: ...}`.",
-    ).tag(config=True)
-    queue_priority_class = Dict(
-        value_trait=Unicode(),
-        help="Priority class per team queue ({queue: class}), over `priority_class`, under a size's own.",
-    ).tag(config=True)
-    requeue_limit = Int(
-        3,
-        min=0,
-        help="How many times a job may be preempted (evicted by the scheduler) and requeued before "
-        "it is stopped as failed (the Job's backoffLimit; any other failure fails it at once).",
-    ).tag(config=True)
-    max_active_jobs = Int(5, min=1, help="Unfinished (queued or running) jobs one user may have.").tag(
-        config=True
-    )
-    max_workers = Int(
-        4, min=1, max=J.MAX_WORKERS, help="Workers one job may ask for (started all or none)."
-    ).tag(config=True)
-    max_parameters = Int(J.MAX_PARAMETERS, min=0, max=J.MAX_PARAMETERS, help="Parameters per job.").tag(
-        config=True
-    )
-    allow_cpu = Bool(True, help="Offer 'CPU only' jobs even without a CPU profile.").tag(config=True)
-    image = Unicode(
-        "",
-        help="The jobs' image; empty: the user's notebook image (the size's profile's, else the spawner's).",
-    ).tag(config=True)
-    papermill = Unicode("papermill", help="The papermill command in the image.").tag(config=True)
-    ttl_seconds_after_finished = Int(
-        None,
-        allow_none=True,
-        help="Delete finished jobs (and their log) this long after they end; None: keep them "
-        "until the user deletes them.",
-    ).tag(config=True)
-    active_deadline_seconds = Int(
-        None, allow_none=True, help="Stop a job that runs longer than this; None: no limit."
-    ).tag(config=True)
-    log_tail_lines = Int(500, min=1, help="Lines of a job's log the log endpoint returns.").tag(config=True)
-
-
-def job_settings(handler: APIHandler) -> NotebookJobs:
+def job_settings(handler: Any) -> NotebookJobs:
     return NotebookJobs(config=handler.settings.get("config"))
 
 
@@ -190,31 +144,6 @@ async def user_sizes(spawner: Any, cfg: NotebookJobs) -> list[tuple[str, Obj | N
     return out
 
 
-async def delete_user_jobs(namespace: str, user_name: str, log: Any, definitions: bool = True) -> int:
-    """Delete every notebook job of a user (the user is being deleted): Jobs, and with them
-    their pods, claims and claim templates; first their job definitions (`definitions`: where
-    schedules are on; with them off the hub may have no rights on CronJobs). Returns how many
-    Jobs were deleted."""
-    from gpusessions.hub.jobdefs import delete_user_definitions
-    from gpusessions.kube.jobs import JobsAPI
-
-    if definitions:
-        await delete_user_definitions(namespace, user_name, log)  # first: no new runs start
-    api = JobsAPI()
-    n = 0
-    try:
-        for j in await api.list_jobs(namespace, _selector(user_name)):
-            if J.owned_by_user(j, user_name):
-                n += await api.delete_job(namespace, j["metadata"]["name"])
-                if not D.definition_of(j):  # a run's template is its definition's, gone above
-                    await api.delete_claim_template(namespace, j["metadata"]["name"])
-    except KubeError as e:  # the user still goes; say what is left
-        log.warning("The notebook jobs of %s could not all be deleted: %s", user_name, e)
-    if n:
-        log.info("Deleted %d notebook job(s) of %s with the user", n, user_name)
-    return n
-
-
 async def create_with_template(
     api: Any, template: Obj | None, create: Any, body: Obj, owner_reference: Any
 ) -> Obj:
@@ -245,7 +174,7 @@ class Prepared:
     size_text: str
 
 
-class JobsBase(APIHandler):
+class JobsBase(GPUSessionsAPIHandler):
     def _begin(self, user_name: str, write: bool) -> tuple[Any, Any, NotebookJobs]:
         cfg = job_settings(self)
         if not cfg.enabled:
@@ -253,20 +182,13 @@ class JobsBase(APIHandler):
         # The token of one of the user's servers acts for the user's jobs (default server unless
         # ?server= names it); the user's own token, or an admin's with these scopes, too.
         server = self.get_argument("server", "")
-        _authorize(self, "servers" if write else "read:servers", user_name, server)
-        user = self.find_user(user_name)
-        if user is None:
-            raise web.HTTPError(404, f"No such user: {user_name}")
-        spawner = user.spawners[""]
-        if not hasattr(spawner, "_profile_list_for_user"):
-            raise web.HTTPError(400, "This hub's spawner is not gpusessions.")
-        return user, spawner, cfg
+        self.authorize(scopes.SERVERS if write else scopes.READ_SERVERS, user_name, server)
+        user, spawner = self.user_and_spawner(user_name, "")
+        return user, self.require_gpusessions(spawner), cfg
 
     def _json(self, body: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.write(json.dumps(body))
+        """Jobs change by the second: their answers are never cached."""
+        self.write_json(body, status, no_store=True)
 
     async def _prepare(self, user: Any, spawner: Any, cfg: NotebookJobs, req: J.JobRequest) -> Prepared:
         """The size (one of the user's), the team queue and the job settings of a request;
@@ -292,7 +214,7 @@ class JobsBase(APIHandler):
         """429 when the user has `max_active_jobs` queued or running jobs."""
         active = [
             j
-            for j in await api.list_jobs(spawner.namespace, _selector(user_name))
+            for j in await api.list_jobs(spawner.namespace, J.selector(user_name))
             if J.owned_by_user(j, user_name) and J.job_state(j)["state"] in ("queued", "running")
         ]
         if len(active) >= cfg.max_active_jobs:
@@ -303,8 +225,6 @@ class JobsBase(APIHandler):
             )
 
     async def _find(self, spawner: Any, user_name: str, job_id: str) -> Obj:
-        from gpusessions.kube.jobs import JobsAPI
-
         name = D.job_name_for(job_id)
         if name is None:
             raise web.HTTPError(404, "No such job.")
@@ -314,16 +234,8 @@ class JobsBase(APIHandler):
         return job
 
 
-def _selector(user_name: str) -> str:
-    return (
-        f"{L.MANAGED_BY}={L.MANAGER},{L.NOTEBOOK_COMPONENT}={J.JOB},{L.USER_LABEL}={L.label_value(user_name)}"
-    )
-
-
 async def evictions(api: Any, namespace: str, jobs: list[Obj]) -> list[Obj]:
     """KAI's Evict events in the namespace, read only when one of `jobs` was preempted."""
-    from gpusessions.core import reclaim
-
     if not any(int((j.get("status") or {}).get("failed") or 0) for j in jobs):
         return []
     try:
@@ -378,24 +290,20 @@ def _by_job(pods: list[Obj]) -> dict[str, list[Obj]]:
 
 class JobsHandler(JobsBase):
     async def get(self, user_name: str) -> None:
-        from gpusessions.kube.jobs import JobsAPI
-
         _, spawner, _ = self._begin(user_name, write=False)
         api = JobsAPI()
         jobs = [
             j
-            for j in await api.list_jobs(spawner.namespace, _selector(user_name))
+            for j in await api.list_jobs(spawner.namespace, J.selector(user_name))
             if J.owned_by_user(j, user_name)
         ]
-        pods = _by_job(await api.list_pods(spawner.namespace, _selector(user_name)))
+        pods = _by_job(await api.list_pods(spawner.namespace, J.selector(user_name)))
         events = await evictions(api, spawner.namespace, jobs)
         out = [describe(j, pods.get(j["metadata"]["name"], []), events=events) for j in jobs]
         out.sort(key=lambda j: str(j.get("created") or ""), reverse=True)
         self._json({"jobs": out})
 
     async def post(self, user_name: str) -> None:
-        from gpusessions.kube.jobs import JobsAPI
-
         user, spawner, cfg = self._begin(user_name, write=True)
         try:
             body = json.loads(self.request.body or b"{}")
@@ -435,8 +343,6 @@ class JobsHandler(JobsBase):
 
 class JobSizesHandler(JobsBase):
     async def get(self, user_name: str) -> None:
-        from gpusessions.hub.picker import figures_for
-
         _, spawner, cfg = self._begin(user_name, write=False)
         sizes = await user_sizes(spawner, cfg)
         profiles = [p for _, p, _ in sizes if p is not None]
@@ -461,8 +367,6 @@ class JobSizesHandler(JobsBase):
 
 class JobHandler(JobsBase):
     async def get(self, user_name: str, job_id: str) -> None:
-        from gpusessions.kube.jobs import JobsAPI
-
         _, spawner, _ = self._begin(user_name, write=False)
         job = await self._find(spawner, user_name, job_id)
         api = JobsAPI()
@@ -471,8 +375,6 @@ class JobHandler(JobsBase):
         self._json(describe(job, [p for p in pods if J.owned_by_user(p, user_name)], events=events))
 
     async def delete(self, user_name: str, job_id: str) -> None:
-        from gpusessions.kube.jobs import JobsAPI
-
         _, spawner, _ = self._begin(user_name, write=True)
         job = await self._find(spawner, user_name, job_id)
         name = job["metadata"]["name"]
@@ -486,8 +388,6 @@ class JobHandler(JobsBase):
 
 class JobLogHandler(JobsBase):
     async def get(self, user_name: str, job_id: str) -> None:
-        from gpusessions.kube.jobs import JobsAPI
-
         _, spawner, cfg = self._begin(user_name, write=False)
         job = await self._find(spawner, user_name, job_id)
         api = JobsAPI()
@@ -506,14 +406,10 @@ class JobLogHandler(JobsBase):
         self._json({"id": job_id, "pod": pod, "log": text or "", "message": message})
 
 
-def handlers() -> list[tuple[str, Any]]:
-    """Routes under the hub prefix (/hub/)."""
-    from gpusessions.hub.jobdefs import handlers as definition_handlers
-
-    return [
-        *definition_handlers(),
-        (r"/api/gpusessions/users/([^/]+)/jobs", JobsHandler),
-        (r"/api/gpusessions/users/([^/]+)/jobs/sizes", JobSizesHandler),
-        (r"/api/gpusessions/users/([^/]+)/jobs/([^/]+)", JobHandler),
-        (r"/api/gpusessions/users/([^/]+)/jobs/([^/]+)/log", JobLogHandler),
-    ]
+# Routes under the hub prefix (/hub/); `sizes` before `{id}`, which would match it too.
+default_handlers: list[tuple[str, Any]] = [
+    (r"/api/gpusessions/users/([^/]+)/jobs", JobsHandler),
+    (r"/api/gpusessions/users/([^/]+)/jobs/sizes", JobSizesHandler),
+    (r"/api/gpusessions/users/([^/]+)/jobs/([^/]+)", JobHandler),
+    (r"/api/gpusessions/users/([^/]+)/jobs/([^/]+)/log", JobLogHandler),
+]

@@ -12,6 +12,7 @@ user's own notices only, never another user's.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from jupyterhub.handlers.base import BaseHandler
 from tornado import web
@@ -27,3 +28,6 @@ class NoticesPage(BaseHandler):
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.write(json.dumps({"notices": notices.for_user(user.name, server)}))
+
+
+default_handlers: list[tuple[str, Any]] = [(r"/gpusessions/notices", NoticesPage)]

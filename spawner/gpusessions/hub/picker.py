@@ -1,5 +1,5 @@
-"""The GPU-size picker: availability figures per profile in words, the spawn form, and
-`GET /hub/api/gpusessions/availability`.
+"""The GPU-size picker: availability figures per profile in words, and the spawn form (the
+same figures as JSON: `GET /hub/api/gpusessions/availability`, in `availabilityapi.py`).
 
 Counting is `core.availability`'s (`Figures`, kept per data version by the view's
 `FiguresCache`); the team's figures are `core.queues.QueuePolicy`'s, with KAI's own figures of
@@ -8,7 +8,6 @@ Queues); this module puts them in words and in the JSON."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -16,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from jupyterhub.apihandlers.base import APIHandler
-from tornado import web
 
 from gpusessions.core import queues as Q
 from gpusessions.core.availability import Derived, Figures, FiguresCache
@@ -231,22 +228,3 @@ def render_form(profile_list: list[Obj], figures: Obj, base_url: str) -> str:
         team=team,
         base_url=base_url,
     )
-
-
-class AvailabilityHandler(APIHandler):
-    """GET /hub/api/gpusessions/availability: the picker's figures for the logged-in user."""
-
-    async def get(self) -> None:
-        user = self.current_user
-        if user is None:
-            raise web.HTTPError(403, "Log in (or use a user's API token) to see GPU availability.")
-        if not hasattr(user, "spawners"):
-            raise web.HTTPError(403, "Availability is shown to users; use a user's token.")
-        spawner = user.spawners[""]
-        profiles = getattr(spawner, "_profile_list_for_user", None)
-        if profiles is None:
-            raise web.HTTPError(400, "This hub's spawner is not gpusessions.")
-        body = await figures_for(spawner, await profiles())
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.write(json.dumps(body))

@@ -19,6 +19,9 @@ from typing import Any
 
 from gpusessions.core.availability import Inventory, size_problems
 from gpusessions.core.claims import GPURequest
+from gpusessions.hub.picker import profile_request
+from gpusessions.hub.spawner import GPUSessionSpawner
+from gpusessions.kube.watch import cluster_view
 
 log = logging.getLogger("JupyterHub")
 START_DELAY = 2.0  # seconds after the config is loaded: the hub is up by then
@@ -41,8 +44,6 @@ class _Settings:
     profile's overrides apply to."""
 
     def __init__(self, config: Any):
-        from gpusessions.hub.spawner import GPUSessionSpawner
-
         self._config = config
         self._traits = GPUSessionSpawner.class_traits()
 
@@ -58,8 +59,6 @@ class _Settings:
 
 
 def requests_of(config: Any) -> list[tuple[str, GPURequest]]:
-    from gpusessions.hub.picker import profile_request
-
     settings = _Settings(config)
     out = []
     for p in list((config.get("KubeSpawner") or {}).get("profile_list") or []):
@@ -72,8 +71,6 @@ def requests_of(config: Any) -> list[tuple[str, GPURequest]]:
 
 async def check(config: Any, timeout: float = READY_TIMEOUT) -> list[str]:
     """Log and return the problems of the configured sizes on the cluster's slices."""
-    from gpusessions.kube.watch import cluster_view
-
     try:
         view = cluster_view()
         if not await view.wait_ready(timeout=timeout) or view.errors:

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from jupyterhub.spawner import SpawnException
+from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from traitlets import (
     Bool,
@@ -41,14 +42,21 @@ from gpusessions.core import kernels as K
 from gpusessions.core import labels as L
 from gpusessions.core import notebook_pod as NP
 from gpusessions.core import queues as Q
+from gpusessions.core import scopes as S
+from gpusessions.core.availability import size_figures, size_problems
 from gpusessions.core.options import InvalidOptions
 from gpusessions.core.options import validate as validate_options
 from gpusessions.core.placement import AFFINITY_SETTINGS, affinity_of, pull_secrets
 from gpusessions.core.queues import QueuePolicy
 from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
+from gpusessions.hub import notices
 from gpusessions.hub.admission import Admission
+from gpusessions.hub.jobcleanup import delete_user_jobs
+from gpusessions.hub.jobsettings import NotebookJobDefinitions, NotebookJobs
+from gpusessions.hub.picker import figures_for, render_form
 from gpusessions.hub.session import Allocation, GPUSession, Refused, SessionNames
 from gpusessions.kube.api import KubeError, SessionAPI
+from gpusessions.kube.watch import cluster_view, holder_watch
 
 # Profile settings that stop and the holder check need after a hub restart, when the profile's
 # kubespawner_override has not been applied again (KubeSpawner applies it only at a start).
@@ -464,8 +472,6 @@ class GPUSessionSpawner(KubeSpawner):
 
     async def _claim_changed(self, namespace: str, name: str, seen: str | None, timeout: float) -> None:
         """Wait until the shared claim watch sees `namespace/name` change (at most `timeout`)."""
-        from gpusessions.kube.watch import cluster_view
-
         claims = cluster_view().claims
         if claims.ready.is_set() and not claims.error:
             await claims.wait_change(f"{namespace}/{name}", seen, timeout)
@@ -479,8 +485,6 @@ class GPUSessionSpawner(KubeSpawner):
 
     # -- options ------------------------------------------------------------------------
     async def _profile_list_for_user(self) -> list[dict[str, Any]]:
-        from jupyterhub.utils import maybe_future
-
         profile_list = self._sorted_dict_values(self.profile_list)
         if callable(profile_list):
             profile_list = await maybe_future(profile_list(self))
@@ -519,8 +523,6 @@ class GPUSessionSpawner(KubeSpawner):
         JupyterHub's spawn page awaits this (and only the page calls it); `options_from_form`
         itself stays KubeSpawner's synchronous function, and `load_user_options` validates
         options from every source again, the REST API's included."""
-        from jupyterhub.utils import maybe_future
-
         options = await maybe_future(super().run_options_from_form(form_data))
         try:
             return validate_options(options, await self._profile_list_for_user())
@@ -554,7 +556,7 @@ class GPUSessionSpawner(KubeSpawner):
         warning about this server and sends "Keep my GPU" with `$JUPYTERHUB_API_TOKEN`;
         `!server` limits both to this server, not the user's other servers.
         """
-        return ["access:servers!server", "users:activity!user", "read:servers!server", "servers!server"]
+        return list(S.SERVER_TOKEN)
 
     @default("options_form")
     def _gpusessions_options_form(self) -> Any:
@@ -564,8 +566,6 @@ class GPUSessionSpawner(KubeSpawner):
         return self._render_picker
 
     async def _render_picker(self, spawner: Any) -> str:
-        from gpusessions.hub.picker import figures_for, render_form
-
         profile_list = await self._profile_list_for_user()
         figures = await figures_for(self, profile_list)
         return render_form(profile_list, figures, self.hub.base_url)
@@ -641,9 +641,6 @@ class GPUSessionSpawner(KubeSpawner):
 
     async def _refuse_if_size_missing(self, request: C.GPURequest) -> None:
         """Refuse at once when no device of this size exists at all (not merely all in use)."""
-        from gpusessions.core.availability import size_figures, size_problems
-        from gpusessions.kube.watch import cluster_view
-
         try:
             view = cluster_view()
             if not await view.wait_ready(timeout=5) or view.errors:
@@ -731,8 +728,6 @@ class GPUSessionSpawner(KubeSpawner):
         """KAI deleted this session's pods to give the GPU to another team (an Evict event on
         their PodGroups): tell the user and release the GPU (its allocation is gone anyway).
         True if so."""
-        from gpusessions.hub import notices
-
         policy = self._queues()
         n = self._names()
         api = SessionAPI(timeout=self.k8s_api_request_timeout)
@@ -757,9 +752,6 @@ class GPUSessionSpawner(KubeSpawner):
         return True
 
     async def _check_holder(self) -> int | None:
-        from gpusessions.hub import notices
-        from gpusessions.kube.watch import holder_watch
-
         n = self._names()
         # The shared watch answers the common case (the holder is fine) without an API call;
         # only a holder the watch does not show as healthy is read, to be sure.
@@ -860,15 +852,10 @@ class GPUSessionSpawner(KubeSpawner):
             await super().delete_forever()
         finally:
             await self.release_gpu()
-            if not self.name and self.user is not None:  # the default server goes only with the user:
-                # so do the user's notebook jobs
-                from gpusessions.hub.jobs import NotebookJobs, delete_user_jobs
-
-                if NotebookJobs(config=self.config).enabled:
-                    from gpusessions.hub.jobdefs import NotebookJobDefinitions
-
-                    definitions = NotebookJobDefinitions(config=self.config).enabled
-                    await delete_user_jobs(self.namespace, self.user.name, self.log, definitions)
+            # The default server goes only with the user: so do the user's notebook jobs.
+            if not self.name and self.user is not None and NotebookJobs(config=self.config).enabled:
+                definitions = NotebookJobDefinitions(config=self.config).enabled
+                await delete_user_jobs(self.namespace, self.user.name, self.log, definitions)
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ into None and "already exists" into `Conflict`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -34,8 +35,6 @@ class KubeError(Exception):
 
 
 def _message(e: ApiException) -> str:
-    import json
-
     try:
         return str(json.loads(e.body or b"{}").get("message", e.reason))
     except (TypeError, ValueError, AttributeError):

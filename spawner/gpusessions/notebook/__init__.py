@@ -20,6 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpusessions.notebook.handlers import setup_handlers
+from gpusessions.notebook.jobs_config import use_gpu_jobs
+from gpusessions.notebook.kernels import link
 
 LABEXTENSION = "@gpusessions/notices"
 
@@ -33,9 +35,6 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 
 def _link_jupyter_server_extension(serverapp: Any) -> None:
-    from gpusessions.notebook.jobs_config import use_gpu_jobs
-    from gpusessions.notebook.kernels import link
-
     link(serverapp)
     use_gpu_jobs(serverapp)
 

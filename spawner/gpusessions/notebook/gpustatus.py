@@ -28,11 +28,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.iostream import StreamClosedError
 
-from gpusessions.notebook.handlers import HubRelay
+from gpusessions.notebook.hubrelay import HubRelay
 
 STREAM_SECONDS = 5.0
 NO_AGENT = (
@@ -223,8 +224,6 @@ class GPUReleaseHandler(APIHandler):
 
 
 def handlers(base: str) -> list[tuple[str, Any]]:
-    from jupyter_server.utils import url_path_join
-
     return [
         (url_path_join(base, "gpusessions", "gpu"), GPUHandler),
         (url_path_join(base, "gpusessions", "gpu", "events"), GPUEventsHandler),

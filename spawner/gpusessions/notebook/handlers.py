@@ -3,60 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
-from urllib.parse import quote
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+from gpusessions.notebook import gpustatus
+from gpusessions.notebook.hubrelay import HubRelay
+from gpusessions.notebook.kernels import LOST_REASON, PersistentGatewayKernelManager
 
 POLL_SECONDS = 30
-
-
-class HubRelay:
-    """Where this server's hub is and who this server is, from the JupyterHub environment."""
-
-    def __init__(self, env: dict[str, str] | None = None) -> None:
-        env = dict(os.environ) if env is None else env
-        self.api_url = env.get("JUPYTERHUB_API_URL", "").rstrip("/")
-        self.token = env.get("JUPYTERHUB_API_TOKEN", "")
-        self.user = env.get("JUPYTERHUB_USER", "")
-        self.server = env.get("JUPYTERHUB_SERVER_NAME", "")
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.api_url and self.token and self.user)
-
-    def url(self, action: str) -> str:
-        base = f"{self.api_url}/gpusessions/users/{quote(self.user, safe='')}/{action}"
-        return f"{base}?server={quote(self.server, safe='')}"
-
-    async def call(self, method: str, action: str) -> tuple[int, dict[str, Any]]:
-        req = HTTPRequest(
-            self.url(action),
-            method=method,
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
-            body=b"{}" if method == "POST" else None,
-            request_timeout=10,
-        )
-        try:
-            resp = await AsyncHTTPClient().fetch(req)
-        except HTTPClientError as e:
-            body = e.response.body if e.response is not None else b""
-            return e.code, _json_or_message(body)
-        except OSError as e:
-            return 502, {"message": f"The hub could not be reached: {e}"}
-        return resp.code, _json_or_message(resp.body)
-
-
-def _json_or_message(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError:
-        return {"message": body.decode(errors="replace")[:200]}
-    return data if isinstance(data, dict) else {"message": str(data)}
 
 
 class WarningsHandler(APIHandler):
@@ -81,8 +38,6 @@ class WarningsHandler(APIHandler):
 
     async def _kernel_notices(self) -> dict[str, Any]:
         """Kernels kept in the GPU holder, and any that were lost (holder restart, GPU released)."""
-        from gpusessions.notebook.kernels import LOST_REASON, PersistentGatewayKernelManager
-
         km = self.settings.get("kernel_manager")
         if not isinstance(km, PersistentGatewayKernelManager):
             return {"kernels_in_holder": False}
@@ -108,8 +63,6 @@ class KeepHandler(APIHandler):
 
 
 def setup_handlers(web_app: Any) -> None:
-    from gpusessions.notebook import gpustatus
-
     base = web_app.settings["base_url"]
     web_app.add_handlers(
         ".*$",

@@ -26,7 +26,6 @@ Enabled by `jupyter-config/gpusessions.json` (installed with the package):
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import os
 import posixpath
@@ -57,7 +56,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Any as AnyTrait
 from traitlets import Unicode
 
-from gpusessions.notebook.handlers import HubRelay
+from gpusessions.core.timestamps import epoch
+from gpusessions.notebook.hubrelay import HubRelay
 
 STATES = {
     "queued": Status.QUEUED,
@@ -164,12 +164,8 @@ def hub_definition_id(lab_definition: str) -> str:
 
 
 def _ms(iso: Any) -> int | None:
-    if not iso:
-        return None
-    try:
-        return int(datetime.datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return None
+    ts = epoch(iso)
+    return None if ts is None else int(ts * 1000)
 
 
 def log_path(j: dict[str, Any]) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusessions.notebook.handlers import HubRelay
+from gpusessions.notebook.hubrelay import HubRelay
 
 SCHEDULER = "gpusessions.notebook.jobs.GPUJobsScheduler"
 ENVIRONMENTS = "gpusessions.notebook.jobs.GPUSizesEnvironmentManager"

@@ -1,7 +1,10 @@
 """Add the culler service to a JupyterHub config (hub-managed), with the smallest scopes.
 
-from gpusessions.culler.hubconfig import configure_culler
-configure_culler(c, admins=["admin"], args=["--idle-limit", "7200"])
+    from gpusessions.hub.cullerservice import configure_culler
+    configure_culler(c, admins=["admin"], args=["--idle-limit", "7200"])
+
+Hub config-time code: it names the culler's command (`python -m gpusessions.culler`) and
+imports nothing of the culler.
 """
 
 from __future__ import annotations
@@ -10,9 +13,7 @@ import os
 import sys
 from typing import Any
 
-ADMIN_SCOPE = "custom:gpusessions:admin"
-# What the culler's own token may do: list users and their servers with activity, stop servers.
-CULLER_SCOPES = ["list:users", "read:users:name", "read:users:activity", "read:servers", "servers"]
+from gpusessions.core import scopes
 
 
 def configure_culler(
@@ -49,7 +50,7 @@ def configure_culler(
         env["GPUSESSIONS_AGENT_TOKEN"] = agent_token
     service: dict[str, Any] = {
         "name": name,
-        "oauth_client_allowed_scopes": [ADMIN_SCOPE],
+        "oauth_client_allowed_scopes": [scopes.ADMIN],
         "oauth_no_confirm": True,
         "display": True,
     }
@@ -67,17 +68,15 @@ def configure_culler(
     else:
         services.append(service)
     c.JupyterHub.services = services
-    scopes = dict(c.JupyterHub.get("custom_scopes", {}) or {})
-    scopes[ADMIN_SCOPE] = {
-        "description": "See every held GPU and release or keep it (gpusessions admin page)."
-    }
-    c.JupyterHub.custom_scopes = scopes
+    custom = dict(c.JupyterHub.get("custom_scopes", {}) or {})
+    custom[scopes.ADMIN] = {"description": scopes.ADMIN_DESCRIPTION}
+    c.JupyterHub.custom_scopes = custom
     roles = list(c.JupyterHub.get("load_roles", []) or [])
-    roles.append({"name": "gpusessions-culler", "scopes": CULLER_SCOPES, "services": [name]})
+    roles.append({"name": "gpusessions-culler", "scopes": list(scopes.CULLER), "services": [name]})
     roles.append(
         {
             "name": "gpusessions-admins",
-            "scopes": [ADMIN_SCOPE],
+            "scopes": [scopes.ADMIN],
             "users": admins or [],
             "groups": admin_groups or [],
         }
