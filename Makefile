@@ -9,7 +9,7 @@ CACHE := .cache
 SHAPE ?= demo
 export PYTHONPATH := $(CURDIR)/devcluster
 
-.PHONY: gpu-check help venv node-deps browser-deps devcluster-build helm-build cluster cluster-down cluster-status lint unit test screenshots fuzz bench demo demo-down clean
+.PHONY: gpu-check help venv labextension node-deps browser-deps devcluster-build helm-build cluster cluster-down cluster-status lint unit test screenshots fuzz bench demo demo-down clean
 
 help:
 	@echo "make demo          start the local simulated GPU cluster and JupyterHub, print the URL"
@@ -23,8 +23,11 @@ help:
 	@echo "make bench         every benchmark (tests/bench/bench_*.py); writes docs/benchmarks.json"
 
 # --- Python virtual environment (.venv) -------------------------------------
+# `pip install -e` also builds the JupyterLab extension (labextension/, TypeScript: jlpm and
+# Node.js; pyproject's jupyter-builder hook); the install helper links it into .venv.
 $(VENV)/.installed: pyproject.toml
 	@bash devcluster/scripts/ensure-debian-deps.sh python
+	@bash devcluster/scripts/ensure-debian-deps.sh node
 	@echo "gpusessions: creating the Python virtual environment in $(VENV) ..."
 	@$(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install --quiet --upgrade pip
@@ -34,6 +37,18 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 venv: $(VENV)/.installed
+
+# The JupyterLab extension, rebuilt when its sources changed since (development build:
+# source maps; `cd labextension && jlpm watch` rebuilds on every save).
+LABEXT := spawner/gpusessions/notebook/labextension
+LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/*) labextension/package.json \
+	labextension/yarn.lock labextension/tsconfig.json
+$(LABEXT)/package.json: $(LABEXT_SRC) | $(VENV)/.installed
+	@echo "gpusessions: building the JupyterLab extension (labextension/) ..."
+	@cd labextension && PATH="$(CURDIR)/$(BIN):$$PATH" jlpm install --immutable >/dev/null \
+		&& PATH="$(CURDIR)/$(BIN):$$PATH" jlpm build >/dev/null
+
+labextension: $(LABEXT)/package.json
 
 # --- configurable-http-proxy (npm), used by JupyterHub -----------------------
 $(CACHE)/node/.installed:
@@ -86,10 +101,10 @@ lint: venv
 	@$(BIN)/mypy
 	@$(BIN)/lint-imports --no-cache --no-logo
 
-unit: venv helm-build
+unit: venv labextension helm-build
 	@$(BIN)/python -m pytest tests/unit -q
 
-test: venv node-deps browser-deps devcluster-build helm-build lint
+test: venv labextension node-deps browser-deps devcluster-build helm-build lint
 	@echo "gpusessions: running the tests (they start the local cluster, or reuse a running one) ..."
 	@set +e; $(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "gpusessions: no tests were collected: that is a failure" >&2; exit 1; fi; \
@@ -99,7 +114,7 @@ test: venv node-deps browser-deps devcluster-build helm-build lint
 # hub configured as the demo's (random ports, a namespace of their own) and a demo-shaped local
 # cluster (DEVCLUSTER_PORT_BASE's: a running demo's cluster is reused, its hub left alone; a
 # cluster of another shape there must be stopped first: make cluster-down).
-screenshots: venv node-deps browser-deps devcluster-build
+screenshots: venv labextension node-deps browser-deps devcluster-build
 	@DEVCLUSTER_TEST_SHAPE=demo GPUSESSIONS_PICTURES=$(CURDIR)/docs/images \
 		$(BIN)/python -m pytest tests/browser -m screenshot -q
 
@@ -112,18 +127,18 @@ gpu-check: venv
 SEED ?= 1
 OPS ?= 500
 USERS ?= 20
-fuzz: venv node-deps devcluster-build
+fuzz: venv labextension node-deps devcluster-build
 	@$(BIN)/python -m tests.fuzz.lifecycle --seed $(SEED) --ops $(OPS) --users $(USERS)
 
 # Every benchmark with its default arguments (tests/bench/run_all.py): results to
 # docs/benchmarks.json, commands and dates to docs/benchmarks.md. ONLY=a,b or SKIP=a,b to choose.
 ONLY ?=
 SKIP ?=
-bench: venv node-deps devcluster-build
+bench: venv labextension node-deps devcluster-build
 	@$(BIN)/python tests/bench/run_all.py --only "$(ONLY)" --skip "$(SKIP)"
 
 # --- the demo ------------------------------------------------------------------------
-demo: venv node-deps devcluster-build
+demo: venv labextension node-deps devcluster-build
 	@$(BIN)/python -m localcluster.demo up
 
 demo-down: venv

@@ -8,8 +8,9 @@ installed with the package) serves two endpoints under the notebook server's bas
 
 Both forward to the hub (`/hub/api/gpusessions/...`) with the server's own
 `$JUPYTERHUB_API_TOKEN`, whose scopes GPUSessionSpawner narrows to this one server.
-A small JupyterLab extension (labextension/, no build step) polls the first and shows a
-notification with a "Keep my GPU" button. The same extension shows the GPU in the status
+A JupyterLab extension (TypeScript in the repository's labextension/, built into
+notebook/labextension by the package build) polls the first and shows a notification with
+a "Keep my GPU" button. The same extension shows the GPU in the status
 bar and a side panel, from `<base>/gpusessions/gpu/events` (gpustatus.py, docs/jupyterlab.md).
 Outside JupyterHub (no hub URL or token) both endpoints answer "not under gpusessions" and
 the notice stays quiet.

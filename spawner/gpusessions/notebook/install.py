@@ -1,9 +1,13 @@
 """Install the notebook-side parts into an environment: `python -m gpusessions.notebook.install`.
 
-A wheel install puts them in place by itself (pyproject's data-files). An editable install
-(`pip install -e`, as `make` does for the local cluster) skips data files, so the Makefile
-runs this: it links the lab extension into <prefix>/share/jupyter/labextensions and enables
-the server extension in <prefix>/etc/jupyter/jupyter_server_config.d.
+A wheel install puts them in place by itself (pyproject's shared-data: the lab extension built
+from labextension/ and the server extension's config). An editable install (`pip install -e`,
+as `make` does for the local cluster) builds the lab extension into notebook/labextension and
+copies it into the environment once; the Makefile then runs this, which links
+<prefix>/share/jupyter/labextensions/@gpusessions/notices to the build instead (as
+`jupyter labextension develop` does), so a rebuild (`jlpm build`, `jlpm watch` in labextension/)
+is what JupyterLab loads, and enables the server extension in
+<prefix>/etc/jupyter/jupyter_server_config.d.
 """
 
 from __future__ import annotations
@@ -19,7 +23,16 @@ SOURCE = Path(__file__).parent / "labextension"
 SERVER_CONFIG = {"ServerApp": {"jpserver_extensions": {"gpusessions.notebook": True}}}
 
 
+class NotBuilt(RuntimeError):
+    pass
+
+
 def install(prefix: Path) -> list[Path]:
+    if not (SOURCE / "package.json").is_file():
+        raise NotBuilt(
+            f"the lab extension is not built ({SOURCE} is missing): "
+            "`pip install -e .` builds it, or `jlpm install && jlpm build` in labextension/"
+        )
     lab = prefix / "share" / "jupyter" / "labextensions" / LABEXTENSION
     lab.parent.mkdir(parents=True, exist_ok=True)
     if lab.is_symlink() or lab.is_file():
@@ -39,7 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--prefix", type=Path, default=Path(sys.prefix), help="environment prefix (sys.prefix)")
     args = p.parse_args(argv)
-    for path in install(args.prefix):
+    try:
+        paths = install(args.prefix)
+    except NotBuilt as e:
+        print(f"gpusessions: {e}", file=sys.stderr)
+        return 1
+    for path in paths:
         print(f"gpusessions: installed {path}")
     return 0
 

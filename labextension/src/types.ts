@@ -1,0 +1,94 @@
+/**
+ * What the notebook server sends (gpusessions.notebook.handlers and gpustatus).
+ */
+
+/** The notebook pod's own variables: the device, the node and the claim. */
+export interface ISession {
+  gpu?: string;
+  profile?: string;
+  node?: string;
+  claim?: string;
+  devices?: string[];
+}
+
+/** The culler's warning about this server's GPU. */
+export interface IWarning {
+  claim?: string;
+  profile?: string;
+  reason?: string;
+  /** When the culler releases the GPU (seconds since the epoch), if it said. */
+  cull_at?: number | null;
+}
+
+/** The hub's side: kept across stops or not, the warning, a keep in force. */
+export interface IHubState {
+  claim?: string;
+  keep_on_stop?: boolean;
+  kept_until?: number | null;
+  warning?: IWarning | null;
+  error?: string;
+}
+
+export interface ISummary {
+  memory_used?: number | null;
+  memory_total?: number | null;
+  utilization?: number | null;
+}
+
+export interface IDevice {
+  uuid?: string;
+  activity?: number | null;
+  activity_source?: string | null;
+}
+
+export interface IKernel {
+  id: string;
+  name?: string | null;
+  path?: string | null;
+  execution_state?: string | null;
+  gpu_memory?: number | null;
+}
+
+/** One reading of the GPU event stream (<base>/gpusessions/gpu/events). */
+export interface IReading {
+  enabled: boolean;
+  at?: number;
+  session?: ISession;
+  state?: IHubState;
+  summary?: ISummary;
+  devices?: IDevice[];
+  /** null: kernels run in the notebook server, not in the holder. */
+  kernels?: IKernel[] | null;
+  kernels_error?: string | null;
+  agent_error?: string | null;
+}
+
+/** A notice from the hub (why this server stopped, say). */
+export interface INotice {
+  at: number | string;
+  text: string;
+  level?: string;
+}
+
+export interface ILostKernels {
+  at: number | string;
+  count: number;
+  reason: string;
+}
+
+/** <base>/gpusessions/warnings */
+export interface IWarnings {
+  enabled?: boolean;
+  poll_seconds?: number;
+  warnings?: IWarning[];
+  notices?: INotice[];
+  lost_kernels?: ILostKernels[];
+  error?: string;
+}
+
+/** A request's outcome: the body is {} when it was not JSON. */
+export interface IReply<T = Record<string, any>> {
+  ok: boolean;
+  status: number;
+  body: T;
+}
