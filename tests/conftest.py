@@ -36,6 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["DEVCLUSTER_BIN"] = str(default.bin)
     os.environ["DEVCLUSTER_DIR"] = str(default.root.with_name(f"{default.root.name}-{worker}"))
     os.environ["DEVCLUSTER_PORT_BASE"] = str(base + 4000 * n)
+
+
 DYNAMIC_SHAPE = "small-dynamic"
 
 
