@@ -125,6 +125,7 @@ class FakeAPI:
         self.calls.append("create pod")
         if body["metadata"]["name"] in self.pods:
             raise Conflict("exists")
+        body["metadata"]["uid"] = "p-1"
         self.pods[body["metadata"]["name"]] = body
         return body
 
@@ -174,6 +175,33 @@ def test_a_cold_start_creates_without_reads_and_gives_the_gateway_address_before
     assert url == "http://127.0.0.9:8888"
     assert said.count(STARTING) == 1, said
     assert said[0] == P.waiting(REQUEST.describe(), None)
+
+
+def test_waits_read_the_watch_copy_of_the_very_objects_this_start_made() -> None:
+    api, said = FakeAPI(), []
+    session = cold_session(api, said)
+    ready = holder_pod(ready=True)
+    stale_claim = {"metadata": {"name": NAMES.claim, "uid": "old"}, "status": {}}
+
+    def cached(kind: str, namespace: str, name: str) -> Obj | None:
+        if kind == "claim":
+            return api.claims.get(name)
+        pod = api.pods.get(name)
+        return (
+            None
+            if pod is None
+            else {**ready, "metadata": {**ready["metadata"], "uid": pod["metadata"]["uid"]}}
+        )
+
+    session.cached = cached
+    alloc = asyncio.run(session.ensure(30))
+    assert api.calls == ["create claim", "create Secret", "create NetworkPolicy", "create pod"], (
+        "no reads at all"
+    )
+    assert alloc.gateway_url == "http://127.0.0.9:8888" and not alloc.kernel_host_starting
+    # A claim of the same name from before (another uid) is not taken for this one.
+    session.cached = lambda kind, namespace, name: stale_claim if kind == "claim" else None
+    assert session._seen("claim") is None
 
 
 def test_a_claim_the_watch_missed_is_read_after_its_409_and_adopted() -> None:

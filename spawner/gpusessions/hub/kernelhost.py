@@ -36,6 +36,7 @@ class KernelHost:
         emit: Callable[[str], None],
         poll_interval: float = 0.5,
         holder_changed: Callable[[str, str, str | None, float], Awaitable[None]] | None = None,
+        holder_seen: Callable[[], Obj | None] | None = None,
     ):
         self.api = api
         self.namespace = namespace
@@ -48,6 +49,9 @@ class KernelHost:
         # (namespace, pod, resourceVersion seen, timeout): returns when the holder changed (the
         # shared holder watch); None: read it every `poll_interval` or so.
         self.holder_changed = holder_changed
+        # The holder as the watch shows it, when it is the one this start made (else None):
+        # read instead of the API.
+        self.holder_seen = holder_seen
         self._said = False
         self.is_ready = False  # the gateway answered (its container is ready)
 
@@ -145,7 +149,9 @@ class KernelHost:
 
         async def attempt() -> tuple[bool, str | None]:
             nonlocal holder
-            holder = await self.api.get_pod(self.namespace, self.holder)
+            holder = (self.holder_seen and self.holder_seen()) or await self.api.get_pod(
+                self.namespace, self.holder
+            )
             if holder is None:
                 raise Refused(
                     "Your GPU holder pod disappeared while starting (released by an admin?).",

@@ -81,6 +81,7 @@ class GPUSession:
         holder_changed: Callable[[str, str, str | None, float], Awaitable[None]] | None = None,
         claim_seen: Callable[[str, str], bool | None] | None = None,
         class_seen: Callable[[str], bool | None] | None = None,
+        cached: Callable[[str, str, str], Obj | None] | None = None,
     ):
         self.api = api
         self.n = names
@@ -101,6 +102,11 @@ class GPUSession:
         # not read again.
         self.claim_seen = claim_seen
         self.class_seen = class_seen
+        # ("claim" or "holder", namespace, name): the object as the shared watch last saw it
+        # (None: not seen, or the watch cannot tell). Waits read it instead of the API when
+        # it is the very object this start made or adopted (same uid).
+        self.cached = cached
+        self._uids: dict[str, str] = {}
         self.what = request.describe()
         self.kernel_host = (
             KernelHost(
@@ -113,6 +119,7 @@ class GPUSession:
                 emit,
                 poll_interval,
                 holder_changed,
+                lambda: self._seen("holder"),
             )
             if kernels is not None
             else None
@@ -125,13 +132,15 @@ class GPUSession:
         has its IP): the notebook pod can be made while the gateway starts."""
         await self._check_offered()
         claim, kept = await self._ensure_claim()
+        self._uids["claim"] = str(claim["metadata"].get("uid") or "")
         try:
             # Objects of a claim made just now cannot exist yet: created without a read.
             if self.kernel_host is not None:
                 await self.kernel_host.ensure_secret(claim, fresh=not kept)
                 if self.kernel_host.settings.network_policy:
                     await self.kernel_host.ensure_network_policy(claim, fresh=not kept)
-            await self._ensure_holder(fresh=not kept)
+            holder = await self._ensure_holder(fresh=not kept)
+            self._uids["holder"] = str(holder["metadata"].get("uid") or "")
         except Refused:
             if not kept:
                 # The claim was made for this start: withdraw it (its secret and policy go with
@@ -171,6 +180,14 @@ class GPUSession:
         at least 30 s): `Refused` if it does not start."""
         assert self.kernel_host is not None
         return await self.kernel_host.ready(max(self._kernel_deadline - time.monotonic(), 0.0))
+
+    def _seen(self, kind: str) -> Obj | None:
+        """The claim or holder of this start as the watch shows it (None: not, or not that one)."""
+        if self.cached is None or kind not in self._uids:
+            return None
+        name = self.n.claim if kind == "claim" else self.n.holder
+        obj = self.cached(kind, self.n.namespace, name)
+        return obj if obj is not None and obj["metadata"].get("uid") == self._uids[kind] else None
 
     async def _relabel(self, claim: Obj) -> None:
         """A kept claim follows the session's labels (the user's queue may have changed):
@@ -331,7 +348,8 @@ class GPUSession:
 
         async def attempt() -> tuple[bool, Obj | None]:
             nonlocal claim, holder, last_msg
-            claim = await self.api.get_claim(self.n.namespace, self.n.claim)
+            # The watch's copy when it has this very claim (it is what woke us), else a read.
+            claim = self._seen("claim") or await self.api.get_claim(self.n.namespace, self.n.claim)
             if claim is None:
                 raise Refused(
                     "Your GPU claim was deleted while waiting (released by an admin?).",
@@ -339,7 +357,7 @@ class GPUSession:
                 )
             if C.allocation(claim) and self.n.holder in C.reserved_for(claim):
                 return True, claim
-            holder = await self.api.get_pod(self.n.namespace, self.n.holder)
+            holder = self._seen("holder") or await self.api.get_pod(self.n.namespace, self.n.holder)
             msg = P.waiting(self.what, holder)
             if msg != last_msg:
                 self.emit(msg)

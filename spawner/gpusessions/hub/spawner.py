@@ -219,6 +219,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             holder_changed=watch.holder_changed,
             claim_seen=watch.claim_seen,
             class_seen=watch.class_seen,
+            cached=watch.cached,
         )
 
     def _emit(self, message: str) -> None:

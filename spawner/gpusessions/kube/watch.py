@@ -310,6 +310,15 @@ def claim_seen(namespace: str, name: str) -> bool | None:
     return f"{namespace}/{name}" in claims.objects
 
 
+def cached(kind: str, namespace: str, name: str) -> Obj | None:
+    """A claim or holder pod ("claim", "holder") as the shared watch last saw it; None when it
+    shows none or cannot tell."""
+    cache = cluster_view().claims if kind == "claim" else holder_watch(namespace)
+    if not cache.ready.is_set() or cache.error:
+        return None
+    return cache.objects.get(f"{namespace}/{name}")
+
+
 def class_seen(name: str) -> bool | None:
     """Whether the shared watch shows the DeviceClass; None when it cannot tell."""
     classes = cluster_view().classes
