@@ -191,17 +191,23 @@ def build_network_policy(
     }
 
 
-def gateway_url(holder: Obj, port: int) -> str | None:
-    """The gateway's URL once the holder has an IP and its kernels container is ready."""
-    status = holder.get("status") or {}
-    ip = status.get("podIP")
-    ready = any(
-        s.get("name") == KERNELS_CONTAINER and s.get("ready") for s in status.get("containerStatuses") or []
-    )
-    if not ip or not ready or holder["metadata"].get("deletionTimestamp"):
+def gateway_address(holder: Obj, port: int) -> str | None:
+    """The gateway's URL once the holder has an IP, ready or not (a notebook pod can be made
+    with it while the gateway starts); None for a holder being deleted."""
+    ip = (holder.get("status") or {}).get("podIP")
+    if not ip or holder["metadata"].get("deletionTimestamp"):
         return None
     host = f"[{ip}]" if ":" in ip else ip
     return f"http://{host}:{port}"
+
+
+def gateway_url(holder: Obj, port: int) -> str | None:
+    """The gateway's URL once the holder has an IP and its kernels container is ready."""
+    status = holder.get("status") or {}
+    ready = any(
+        s.get("name") == KERNELS_CONTAINER and s.get("ready") for s in status.get("containerStatuses") or []
+    )
+    return gateway_address(holder, port) if ready else None
 
 
 def has_gateway(holder: Obj) -> bool:

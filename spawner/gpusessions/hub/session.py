@@ -1,8 +1,10 @@
 """The lifecycle of one server's GPU: claim, holder, allocation, release.
 
-`GPUSession` is driven by the spawner but knows nothing of JupyterHub: it
-takes names, the GPU request and holder settings, talks to the API through
-`SessionAPI`, and reports progress through a callback.
+`GPUSession` is driven by the spawner (through `lifecycle.prepare` and `reconcile`) but
+knows nothing of JupyterHub: it takes names, the GPU request and holder settings, talks to
+the API through `SessionAPI`, reads the hub's shared watches through callbacks (so a
+cold start makes its objects without reading first, and waits without polling), and
+reports progress through a callback. The kernel host's parts are in `kernelhost.py`.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from gpusessions.core import kernels as K
 from gpusessions.core import labels as L
 from gpusessions.core import progress as P
 from gpusessions.core.progress import Refused as Refused
+from gpusessions.hub import steps
+from gpusessions.hub.kernelhost import KernelHost
 from gpusessions.hub.metrics import GPU_WAIT, WAITING
-from gpusessions.kube.api import Conflict, SessionAPI
+from gpusessions.kube.api import SessionAPI
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -49,6 +53,9 @@ class Allocation:
     claim: Obj
     kept: bool
     gateway_url: str | None = None
+    # The gateway's address is known but it is still starting: the notebook pod can be made,
+    # and the spawn waits for the gateway (`GPUSession.kernel_host_ready`) while it starts.
+    kernel_host_starting: bool = False
     node: str | None = field(init=False)
     devices: list[tuple[str, str, str]] = field(init=False)
 
@@ -71,6 +78,10 @@ class GPUSession:
         kernels: K.KernelSettings | None = None,
         admission: Admission | None = None,
         claim_changed: Callable[[str, str, str | None, float], Awaitable[None]] | None = None,
+        holder_changed: Callable[[str, str, str | None, float], Awaitable[None]] | None = None,
+        claim_seen: Callable[[str, str], bool | None] | None = None,
+        class_seen: Callable[[str], bool | None] | None = None,
+        cached: Callable[[str, str, str], Obj | None] | None = None,
     ):
         self.api = api
         self.n = names
@@ -86,18 +97,50 @@ class GPUSession:
         # (namespace, claim, resourceVersion seen, timeout): returns when the claim changed
         # (a watch), so waiting for the allocation needs no polling; None: poll with back-off.
         self.claim_changed = claim_changed
+        # What the shared watches show (True, False; None: they cannot tell): a claim the
+        # watch does not show is created without a read first, a device class it shows is
+        # not read again.
+        self.claim_seen = claim_seen
+        self.class_seen = class_seen
+        # ("claim" or "holder", namespace, name): the object as the shared watch last saw it
+        # (None: not seen, or the watch cannot tell). Waits read it instead of the API when
+        # it is the very object this start made or adopted (same uid).
+        self.cached = cached
+        self._uids: dict[str, str] = {}
         self.what = request.describe()
+        self.kernel_host = (
+            KernelHost(
+                api,
+                names.namespace,
+                names.holder,
+                names.username,
+                names.servername,
+                kernels,
+                emit,
+                poll_interval,
+                holder_changed,
+                lambda: self._seen("holder"),
+            )
+            if kernels is not None
+            else None
+        )
+        self._kernel_deadline = 0.0
 
     # -- start -----------------------------------------------------------------------
     async def ensure(self, timeout: float) -> Allocation:
+        """Claim, holder and allocation; with kept kernels, the gateway's address (the holder
+        has its IP): the notebook pod can be made while the gateway starts."""
         await self._check_offered()
         claim, kept = await self._ensure_claim()
+        self._uids["claim"] = str(claim["metadata"].get("uid") or "")
         try:
-            if self.kernels is not None:
-                await self._ensure_secret(claim)
-                if self.kernels.network_policy:
-                    await self._ensure_network_policy(claim)
-            await self._ensure_holder()
+            # Objects of a claim made just now cannot exist yet: created without a read.
+            if self.kernel_host is not None:
+                await self.kernel_host.ensure_secret(claim, fresh=not kept)
+                if self.kernel_host.settings.network_policy:
+                    await self.kernel_host.ensure_network_policy(claim, fresh=not kept)
+            holder = await self._ensure_holder(fresh=not kept)
+            self._uids["holder"] = str(holder["metadata"].get("uid") or "")
         except Refused:
             if not kept:
                 # The claim was made for this start: withdraw it (its secret and policy go with
@@ -125,9 +168,26 @@ class GPUSession:
                 GPU_WAIT.labels(profile, outcome).observe(time.monotonic() - started)
             self.emit(P.allocated(self.what, claim))
             alloc = Allocation(claim, kept=False)
-        if self.kernels is not None:
-            alloc.gateway_url = await self._wait_gateway(max(deadline - time.monotonic(), 30.0))
+        if self.kernel_host is not None:
+            now = time.monotonic()
+            self._kernel_deadline = now + max(deadline - now, 30.0)
+            alloc.gateway_url = await self.kernel_host.address(self._kernel_deadline - now)
+            alloc.kernel_host_starting = alloc.gateway_url is not None and not self.kernel_host.is_ready
         return alloc
+
+    async def kernel_host_ready(self) -> str | None:
+        """Wait for the gateway `ensure` gave the address of (in the time `ensure` had left,
+        at least 30 s): `Refused` if it does not start."""
+        assert self.kernel_host is not None
+        return await self.kernel_host.ready(max(self._kernel_deadline - time.monotonic(), 0.0))
+
+    def _seen(self, kind: str) -> Obj | None:
+        """The claim or holder of this start as the watch shows it (None: not, or not that one)."""
+        if self.cached is None or kind not in self._uids:
+            return None
+        name = self.n.claim if kind == "claim" else self.n.holder
+        obj = self.cached(kind, self.n.namespace, name)
+        return obj if obj is not None and obj["metadata"].get("uid") == self._uids[kind] else None
 
     async def _relabel(self, claim: Obj) -> None:
         """A kept claim follows the session's labels (the user's queue may have changed):
@@ -150,69 +210,6 @@ class GPUSession:
             await self.api.delete_pod(self.n.namespace, self.n.holder, grace_seconds=0)
             await self._wait_pod_gone(60)
 
-    async def _ensure_secret(self, claim: Obj) -> None:
-        """The gateway's token: kept with the claim (a notebook restart must not change it)."""
-        assert self.kernels is not None
-        n, name = self.n, self.kernels.secret
-        await self._ensure_claim_child(
-            "Secret",
-            name,
-            claim,
-            self.api.get_secret_metadata,
-            lambda: self.api.create_secret(
-                K.build_secret(name, n.namespace, K.new_token(), n.username, n.servername, claim)
-            ),
-            self.api.delete_secret,
-        )
-
-    async def _ensure_network_policy(self, claim: Obj) -> None:
-        """Only this session's notebook pod may reach the gateway (owned by the claim)."""
-        assert self.kernels is not None
-        k, n = self.kernels, self.n
-        name = K.network_policy_name(n.holder)
-
-        async def metadata(namespace: str, name: str) -> Obj | None:
-            obj = await self.api.get_network_policy(namespace, name)
-            return None if obj is None else obj["metadata"]
-
-        await self._ensure_claim_child(
-            "NetworkPolicy",
-            name,
-            claim,
-            metadata,
-            lambda: self.api.create_network_policy(
-                K.build_network_policy(
-                    name, n.namespace, claim, k.port, k.agent_port, n.username, n.servername
-                )
-            ),
-            self.api.delete_network_policy,
-        )
-
-    async def _ensure_claim_child(
-        self,
-        kind: str,
-        name: str,
-        claim: Obj,
-        get_metadata: Callable[[str, str], Awaitable[Obj | None]],
-        create: Callable[[], Awaitable[Any]],
-        delete: Callable[[str, str], Awaitable[bool]],
-    ) -> None:
-        """An object of this session that the claim owns: adopted if ours and of this claim,
-        replaced if left from an earlier claim (the collector will take that one), refused if
-        someone else's."""
-
-        async def get() -> Obj | None:
-            md = await get_metadata(self.n.namespace, name)
-            return None if md is None else {"metadata": md}
-
-        async def adopt(existing: Obj) -> bool:
-            if K.owned_by_claim(existing["metadata"], claim):
-                return True
-            await delete(self.n.namespace, name)
-            return False
-
-        await self._adopt_or_create(kind, kind, name, "kernels-object-conflict", get, adopt, create)
-
     async def _adopt_or_create(
         self,
         kind: str,
@@ -222,28 +219,12 @@ class GPUSession:
         get: Callable[[], Awaitable[Obj | None]],
         adopt: Callable[[Obj], Awaitable[bool]],
         create: Callable[[], Awaitable[Any]],
+        create_first: bool = False,
     ) -> tuple[Any, bool]:
-        """One object of this session: (object, True) when an existing one of ours is adopted
-        (`adopt` says yes; when it says no it has cleared the object away, and the decision is
-        made again), (created, False) when made; someone else's is refused and left alone. A 409
-        on create (made meanwhile, by another hub process or a retried request) decides again."""
-        for _ in range(3):
-            existing = await get()
-            if existing is not None:
-                if not self._owned(existing):
-                    raise Refused(
-                        f"A {kind} named {name} already exists in {self.n.namespace} and does not "
-                        "belong to this server; nothing was changed. Ask your admin.",
-                        reason=reason,
-                    )
-                if await adopt(existing):
-                    return existing, True
-                continue
-            try:
-                return await create(), False
-            except Conflict:
-                continue
-        raise Refused(f"Could not create the {what} {name}: it keeps changing.", reason=reason)
+        """`steps.adopt_or_create` for an object of this server."""
+        return await steps.adopt_or_create(
+            kind, what, name, self.n.namespace, reason, self._owned, get, adopt, create, create_first
+        )
 
     async def _poll(
         self,
@@ -255,57 +236,9 @@ class GPUSession:
         longest: float = 0.0,
         pause: Callable[[float], Awaitable[None]] | None = None,
     ) -> T:
-        """Call `attempt` until it says done (and what it got), waiting `interval` between
-        calls (times `backoff`, up to `longest`; `pause` may return sooner, a watch); after
-        `timeout` seconds raise what `expired` returns."""
-        deadline = time.monotonic() + timeout
-        while True:
-            done, value = await attempt()
-            if done:
-                return value
-            if time.monotonic() >= deadline:
-                raise await expired()
-            await (pause or asyncio.sleep)(interval)
-            interval *= backoff
-            if longest:
-                interval = min(interval, longest)
-
-    async def _wait_gateway(self, timeout: float) -> str | None:
-        """The holder's kernel gateway URL, once it answers (its readiness probe)."""
-        assert self.kernels is not None
-        port = self.kernels.port
-        said = False
-        holder: Obj | None = None
-
-        async def attempt() -> tuple[bool, str | None]:
-            nonlocal said, holder
-            holder = await self.api.get_pod(self.n.namespace, self.n.holder)
-            if holder is None:
-                raise Refused(
-                    "Your GPU holder pod disappeared while starting (released by an admin?).",
-                    reason="holder-gone",
-                )
-            if not K.has_gateway(holder):
-                # A holder kept from before persist_kernels was on: it has no kernel host.
-                self.emit(
-                    "Your kept GPU session has no kernel host (it was started before kept kernels "
-                    "were turned on): kernels run in the notebook this time. Release the GPU to change that."
-                )
-                return True, None
-            url = K.gateway_url(holder, port)
-            if url:
-                return True, url
-            if not said:
-                self.emit("Starting your kernel host beside the GPU (kernels there survive restarts) ...")
-                said = True
-            return False, None
-
-        async def expired() -> Exception:
-            return Refused(P.gateway_timeout(timeout, holder), reason="kernels-timeout")
-
-        # The kernel host takes seconds, not minutes: read often (the wait used to back
-        # off to 2 s and added about 1.5 s to a cold start).
-        return await self._poll(attempt, timeout, expired, min(self.poll, 0.25), 1.2, 0.5)
+        """`steps.poll`: `attempt` until done, `interval` between calls (times `backoff`, up to
+        `longest`; `pause` may return sooner), `expired`'s exception after `timeout`."""
+        return await steps.poll(attempt, timeout, expired, interval, backoff, longest, pause)
 
     async def heal_holder(self) -> str | None:
         """The holder pod was lost while the notebook runs: make a new one for the same claim
@@ -313,13 +246,15 @@ class GPUSession:
         claim = await self.api.get_claim(self.n.namespace, self.n.claim)
         if claim is None or claim["metadata"].get("deletionTimestamp"):
             return None  # gone, or going (released by the culler or an admin): nothing to heal
-        if self.kernels is not None:
-            await self._ensure_secret(claim)
-        await self._ensure_holder()
+        if self.kernel_host is not None:
+            await self.kernel_host.ensure_secret(claim)
+        await self._ensure_holder(fresh=True)
         return "recreated"
 
     async def _check_offered(self) -> None:
         for dc in self.request.device_classes():
+            if self.class_seen is not None and self.class_seen(dc):
+                continue  # the shared watch shows it: no read
             if await self.api.get_device_class(dc) is None:
                 raise Refused(
                     f"The GPU size '{self.what}' is not offered on this cluster "
@@ -364,9 +299,12 @@ class GPUSession:
             lambda: self.api.get_claim(n.namespace, n.claim),
             adopt,
             create,
+            create_first=self.claim_seen is not None and self.claim_seen(n.namespace, n.claim) is False,
         )
 
-    async def _ensure_holder(self) -> Obj:
+    async def _ensure_holder(self, fresh: bool = False) -> Obj:
+        """The holder pod of the claim; `fresh`: most likely none exists (a new claim, a lost
+        holder), so it is created first (a 409 reads and decides again)."""
         n = self.n
 
         async def adopt(pod: Obj) -> bool:
@@ -399,6 +337,7 @@ class GPUSession:
             lambda: self.api.get_pod(n.namespace, n.holder),
             adopt,
             create,
+            fresh,
         )
         return dict(pod)
 
@@ -409,7 +348,8 @@ class GPUSession:
 
         async def attempt() -> tuple[bool, Obj | None]:
             nonlocal claim, holder, last_msg
-            claim = await self.api.get_claim(self.n.namespace, self.n.claim)
+            # The watch's copy when it has this very claim (it is what woke us), else a read.
+            claim = self._seen("claim") or await self.api.get_claim(self.n.namespace, self.n.claim)
             if claim is None:
                 raise Refused(
                     "Your GPU claim was deleted while waiting (released by an admin?).",
@@ -417,7 +357,7 @@ class GPUSession:
                 )
             if C.allocation(claim) and self.n.holder in C.reserved_for(claim):
                 return True, claim
-            holder = await self.api.get_pod(self.n.namespace, self.n.holder)
+            holder = self._seen("holder") or await self.api.get_pod(self.n.namespace, self.n.holder)
             msg = P.waiting(self.what, holder)
             if msg != last_msg:
                 self.emit(msg)

@@ -5,70 +5,46 @@ GPU profiles get a long-lived DRA ResourceClaim held by a small holder pod, so
 the same GPU (and node) comes back after a stop, a crash or a restart. A
 profile without a GPU spawns exactly as with KubeSpawner.
 
-This module holds the settings and the JupyterHub hooks only; the claim and
-holder lifecycle is in `session.py`, the claim and holder in `core/claims.py`, the
-notebook pod's GPU parts in `core/notebook_pod.py`, the GPU request of a profile in
-`core/requests.py`, the scheduler's queues in `core/queues.py` (`QueuePolicy`) and
-option validation in `core/options.py`.
+This module holds the JupyterHub hooks only: the settings are in `spawnersettings.py`,
+a start's GPU phase in `lifecycle.py` (over `session.py`'s claim and holder lifecycle and
+`kernelhost.py`'s kernel host), the poll's healing and reclaim handling in `reconcile.py`,
+the claim and holder in `core/claims.py`, the notebook pod's GPU parts in
+`core/notebook_pod.py`, the GPU request of a profile in `core/requests.py`, the scheduler's
+queues in `core/queues.py` (`QueuePolicy`) and option validation in `core/options.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
-from traitlets import (
-    Bool,
-    Callable,
-    Dict,
-    Float,
-    Integer,
-    List,
-    TraitError,
-    Unicode,
-    Union,
-    default,
-    validate,
-)
+from traitlets import TraitError, default
 
 from gpusessions.core import claims as C
 from gpusessions.core import kernels as K
 from gpusessions.core import labels as L
 from gpusessions.core import notebook_pod as NP
-from gpusessions.core import queues as Q
 from gpusessions.core import scopes as S
-from gpusessions.core.availability import size_figures, size_problems
 from gpusessions.core.options import InvalidOptions
 from gpusessions.core.options import validate as validate_options
-from gpusessions.core.placement import AFFINITY_SETTINGS, affinity_of, pull_secrets
+from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.queues import QueuePolicy
 from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
-from gpusessions.hub import notices
+from gpusessions.hub import lifecycle, notices
 from gpusessions.hub.admission import Admission
-from gpusessions.hub.jobcleanup import delete_user_jobs
-from gpusessions.hub.jobsettings import NotebookJobDefinitions, NotebookJobs
 from gpusessions.hub.picker import figures_for, render_form
+from gpusessions.hub.reconcile import Reconcile
 from gpusessions.hub.session import Allocation, GPUSession, Refused, SessionNames
+from gpusessions.hub.spawnersettings import KEPT_SETTINGS, GPUSessionSettings, allocation_wait
+from gpusessions.kube import watch
 from gpusessions.kube.api import KubeError, SessionAPI
-from gpusessions.kube.watch import cluster_view, holder_watch
 
-# Profile settings that stop and the holder check need after a hub restart, when the profile's
-# kubespawner_override has not been applied again (KubeSpawner applies it only at a start).
-KEPT_SETTINGS = (
-    "keep_gpu_on_stop",
-    "on_holder_loss",
-    "holder_image",
-    "holder_resources",
-    "node_selector",
-    "tolerations",
-    *(name for name, _, _ in AFFINITY_SETTINGS),
-)
+__all__ = ["KEPT_SETTINGS", "GPUSessionSpawner", "InvalidUserOptions", "SpawnRefused"]
 
 
 class SpawnRefused(SpawnException):
@@ -91,204 +67,13 @@ class InvalidUserOptions(SpawnRefused, ValueError):
         SpawnRefused.__init__(self, message, reason="invalid-options")  # type: ignore[call-arg]
 
 
-class GPUSessionSpawner(KubeSpawner):
-    """KubeSpawner whose GPU profiles keep their GPU across notebook restarts."""
+class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
+    """KubeSpawner whose GPU profiles keep their GPU across notebook restarts.
+
+    Its settings (`c.GPUSessionSpawner.<name>`, or a profile's `kubespawner_override`) are
+    `GPUSessionSettings`'s; here are JupyterHub's and KubeSpawner's hooks."""
 
     start_timeout: int  # JupyterHub's trait, typed for mypy (start raises it for a GPU profile)
-
-    gpu_device_class = Unicode(
-        "",
-        config=True,
-        help="""DeviceClass of the GPU this server gets, for example `mig.nvidia.com` or
-        `gpu.nvidia.com`. Empty (the default) means no GPU: the server spawns as with KubeSpawner.
-        Usually set per profile in `kubespawner_override`.""",
-    )
-    gpu_count = Integer(
-        1,
-        config=True,
-        help="How many devices of `gpu_device_class` the claim asks for (1 to `gpu_count_max`).",
-    )
-    gpu_count_max = Integer(
-        8,
-        config=True,
-        help="The largest `gpu_count` (or firstAvailable count) accepted; larger values are refused.",
-    )
-    gpu_selectors = List(
-        Unicode(),
-        config=True,
-        help="""CEL expressions a device must satisfy, for example
-        `device.attributes['gpu.nvidia.com'].profile == '1g.10gb'` or
-        `device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40000Mi')) >= 0` (a "40gb"
-        MIG device has 40448 MiB on H100, 40192 MiB on A100: less than 40Gi).""",
-    )
-    gpu_size = Dict(
-        {},
-        config=True,
-        help="""A structured size, instead of (or with) CEL selectors: `{"attributes": {"profile":
-        "1g.10gb"}, "capacity": {"memory": "10Gi"}, "versions": {"driverVersion": "580.0.0"}}` means
-        attributes equal to these values, capacities at least these quantities and version
-        attributes at least these semantic versions. It becomes a CEL selector for the scheduler and the
-        same test in Python for the picker, so the two agree.""",
-    )
-    gpu_first_available = List(
-        Dict(),
-        config=True,
-        help="""Prioritized alternatives (DRA `firstAvailable`), used instead of `gpu_device_class`:
-        a list of `{"device_class": ..., "count": 1, "selectors": [...]}`; the first that can be
-        allocated wins.""",
-    )
-    keep_gpu_on_stop = Bool(
-        True,
-        config=True,
-        help="""Keep the claim and holder (and so the GPU) when the server stops, so that the next
-        start gets the same device back. False releases the GPU at every stop.""",
-    )
-    claim_name_template = Unicode(
-        "gpu-{user_server}",
-        config=True,
-        help="Name of the server's ResourceClaim; KubeSpawner's name expansions apply.",
-    )
-    holder_name_template = Unicode(
-        "gpu-holder-{user_server}",
-        config=True,
-        help="Name of the server's holder pod; KubeSpawner's name expansions apply.",
-    )
-    holder_image = Unicode(
-        "gpusessions-holder:0.1.0",
-        config=True,
-        help="Image of the holder pod (runs the GPU agent). Set it to your registry's copy.",
-    )
-    agent_token_secret = Unicode(
-        "",
-        config=True,
-        help="""Name of a Secret in the user namespace whose key `token` the holder's GPU agent
-        requires on its API (`Authorization: Bearer <token>`); give the culler the same token
-        (`configure_culler(..., agent_token=...)`). Empty: the agent's API is open to anyone who
-        can reach the holder pod (its NetworkPolicy aside).""",
-    )
-    agent_interval = Float(
-        0.0,
-        config=True,
-        help="""Seconds between the holder's GPU agent's NVML samples (its
-        `GPUSESSIONS_AGENT_INTERVAL`); 0 leaves the agent's default, 2 s. The culler sees GPU
-        work that began less than one sample ago as idle; a shorter interval costs the agent
-        a little CPU per holder.""",
-    )
-    holder_resources = Dict(
-        {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
-        config=True,
-        help="`resources` of the holder container (requests and limits).",
-    )
-    gpu_keep_extension = Float(
-        4 * 3600,
-        config=True,
-        help="""Seconds a user's "Keep my GPU" (answering the culler's warning) holds off culling.""",
-    )
-    persist_kernels = Bool(
-        True,
-        config=True,
-        help="""Host the user's kernels in the holder pod (a Jupyter Kernel Gateway beside the
-        GPU), so kernels, their variables and the models they hold in GPU memory survive
-        notebook restarts. Only for GPU profiles; the notebook image needs
-        `jupyter_kernel_gateway` and this package. Kernels end when the GPU is released.""",
-    )
-    kernel_image = Unicode(
-        "",
-        config=True,
-        help="Image of the holder's kernel gateway container; empty means the notebook image.",
-    )
-    kernel_gateway_command = List(
-        Unicode(),
-        ["jupyter", "kernelgateway"],
-        config=True,
-        help="Command that starts the kernel gateway in `kernel_image` (configured by KG_* variables).",
-    )
-    kernel_port = Integer(
-        K.KERNEL_PORT,
-        config=True,
-        help="Port of the kernel gateway in the holder pod.",
-    )
-    kernel_network_policy = Bool(
-        True,
-        config=True,
-        help="""Create a NetworkPolicy per session that admits the kernel gateway's port only from
-        that session's notebook pod (owned by the claim; needs `create, get, delete` on
-        `networkpolicies` in the user namespace). Off if your cluster manages policies itself.""",
-    )
-    kernel_resources = Dict(
-        {},
-        config=True,
-        help="""`resources` of the kernel gateway container (the kernels' CPU and memory live
-        there, not in the notebook pod); empty means none set.""",
-    )
-    kai_queue = Union(
-        [Unicode(), Dict(), Callable()],
-        default_value="",
-        config=True,
-        help="""The KAI Scheduler queue of a user's sessions: a queue name; a mapping from hub
-        group to queue (`{"team-a": "team-a", "*": "shared"}`, the user's first group found,
-        `"*"` for everyone else); or a callable `(spawner) -> str | None` (may be async).
-        Empty (the default): KAI is not used. With a queue, the notebook pod, the holder pod and
-        the claim carry `kai.scheduler/queue`, and both pods use `kai_scheduler_name` and
-        `kai_priority_class`. A user with no queue is refused with a clear message (or gets
-        `kai_default_queue`), never KAI's silent `default-queue`.""",
-    )
-    kai_default_queue = Unicode(
-        "",
-        config=True,
-        help="Queue for users `kai_queue` gives none; empty means such users are refused.",
-    )
-    kai_priority_class = Unicode(
-        Q.PRIORITY_CLASS,
-        config=True,
-        help="""PriorityClass of notebook and holder pods under KAI: `build` (100, the default) is
-        non-preemptible: it runs only within the queue's quota and is never evicted. Use
-        `build-preemptible` (75) or `train` (50) in a profile that may go over quota and be
-        reclaimed.""",
-    )
-    kai_evict_event_wait = Float(
-        5.0,
-        help="""Seconds to wait, when a session's holder pod is gone, for KAI's `Evict` event that
-        tells a reclaim (or preemption) from another loss. A reclaimed session is told so and
-        released instead of having its holder recreated.""",
-    ).tag(config=True)
-
-    kai_scheduler_name = Unicode(
-        Q.SCHEDULER_NAME,
-        config=True,
-        help="schedulerName of notebook and holder pods when `kai_queue` is set.",
-    )
-    kai_gpu_quota = Dict(
-        {},
-        config=True,
-        help="""Per-queue GPU quota in GPU-equivalents, enforced by the spawner before it creates
-        a claim (`{"team-a": 2}`): a MIG slice Ng.* counts N/7, a whole GPU 1, summed over the
-        queue's claims the hub sees. KAI itself charges any claim as a whole GPU; see
-        docs/queues.md. Queues not listed have no such limit.""",
-    )
-    on_holder_loss = Unicode(
-        "recreate",
-        config=True,
-        help="""What to do when a running server's holder pod is lost (deleted, evicted, failed):
-        `recreate` makes a new holder for the same claim, so the GPU stays the user's (the
-        notebook pod keeps it meanwhile; kernels hosted in the old holder are lost), or
-        `release` stops the server and releases the GPU. The user is told either way.""",
-    )
-    gpu_allocation_timeout = Float(
-        300,
-        config=True,
-        help="""Seconds to wait for a free GPU of the chosen size. Then the request is withdrawn
-        and the user told what was waited for; this does not count as a hub failure.""",
-    )
-
-    @validate("gpu_count")
-    def _check_count(self, proposal: Any) -> int:
-        value = proposal["value"]
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= self.gpu_count_max:
-            raise TraitError(
-                f"gpu_count must be a whole number from 1 to {self.gpu_count_max}, not {value!r}"
-            )
-        return int(value)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -300,60 +85,24 @@ class GPUSessionSpawner(KubeSpawner):
         self._profile_applied = False  # load_user_options applied the profile in this process
         self._gpu_started = False  # start() ran and stop() has not run since
         self._creating_pod = False  # inside KubeSpawner's notebook pod create (see stop)
+        # The kernel host's start, awaited beside the notebook pod's (see start).
+        self._kernel_host: asyncio.Future[str | None] | None = None
         # start_timeout as configured, and as start() last raised it (see start).
         self._base_start_timeout: int = int(self.start_timeout)
         self._raised_start_timeout: int = self._base_start_timeout
 
-    @staticmethod
-    def _overrides(profile: dict[str, Any]) -> list[dict[str, Any]]:
-        """The profile's kubespawner_override and those of its options' choices."""
-        found = [profile.get("kubespawner_override") or {}]
-        for option in (profile.get("profile_options") or {}).values():
-            if not isinstance(option, dict):
-                continue
-            choices = option.get("choices") or {}
-            for choice in [*choices.values(), option.get("unlisted_choice") or {}]:
-                if isinstance(choice, dict):
-                    found.append(choice.get("kubespawner_override") or {})
-        return [o for o in found if isinstance(o, dict)]
-
     def _allocation_wait(self) -> float:
-        """Seconds the chosen profile may wait for a GPU: its `gpu_allocation_timeout`, or 0 when it
-        asks for no GPU. Read before `load_user_options` (JupyterHub takes `start_timeout` when
-        `start` returns): when the profile cannot be known yet (a callable `profile_list`, an
-        unknown slug) the largest wait any profile may have."""
-
-        def timeout(override: dict[str, Any]) -> float:
-            v = override.get("gpu_allocation_timeout", self.gpu_allocation_timeout)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
-
-        def wants(override: dict[str, Any]) -> bool:
-            return bool(
-                override.get("gpu_device_class", self.gpu_device_class)
-                or override.get("gpu_first_available", self.gpu_first_available)
-            )
-
-        largest = max([float(self.gpu_allocation_timeout)] + [timeout(o) for o in self._all_overrides()])
+        """Seconds the chosen profile may wait for a GPU (`spawnersettings.allocation_wait`),
+        read before `load_user_options` (JupyterHub takes `start_timeout` when `start` returns)."""
         if callable(self.profile_list):
-            return largest
+            return allocation_wait(self, [], None, None)
+        listed = [p for p in self._sorted_dict_values(self.profile_list) if isinstance(p, dict)]
         try:
             profiles = list(self._get_initialized_profile_list(self._sorted_dict_values(self.profile_list)))
         except Exception:  # a malformed list is refused later, in load_user_options
-            return largest
-        if not profiles:  # no profiles: the spawner's own settings
-            return float(self.gpu_allocation_timeout) if wants({}) else 0.0
+            profiles = None
         options = self.user_options if isinstance(self.user_options, dict) else {}
-        slug = options.get("profile")
-        chosen = [p for p in profiles if (p.get("slug") == slug if slug else p.get("default"))]
-        if not chosen:  # an unknown profile is refused later
-            return largest
-        return max((timeout(o) for o in self._overrides(chosen[0]) if wants(o)), default=0.0)
-
-    def _all_overrides(self) -> list[dict[str, Any]]:
-        if callable(self.profile_list):
-            return []
-        profiles = self._sorted_dict_values(self.profile_list)
-        return [o for p in profiles if isinstance(p, dict) for o in self._overrides(p)]
+        return allocation_wait(self, listed, profiles, options.get("profile"))
 
     # -- the GPU request of the chosen profile ---------------------------------------
     def gpu_request(self) -> C.GPURequest:
@@ -467,16 +216,14 @@ class GPUSessionSpawner(KubeSpawner):
             extra_labels=self._queue_labels(),
             kernels=self._kernel_settings() if wants and self.persist_kernels else None,
             admission=admission,
-            claim_changed=self._claim_changed,
+            # The hub's shared watches: a cold start creates without reading first and waits
+            # for changes rather than polling.
+            claim_changed=watch.claim_changed,
+            holder_changed=watch.holder_changed,
+            claim_seen=watch.claim_seen,
+            class_seen=watch.class_seen,
+            cached=watch.cached,
         )
-
-    async def _claim_changed(self, namespace: str, name: str, seen: str | None, timeout: float) -> None:
-        """Wait until the shared claim watch sees `namespace/name` change (at most `timeout`)."""
-        claims = cluster_view().claims
-        if claims.ready.is_set() and not claims.error:
-            await claims.wait_change(f"{namespace}/{name}", seen, timeout)
-        else:
-            await asyncio.sleep(timeout)
 
     def _emit(self, message: str) -> None:
         """A progress message for the spawn page (and the hub log)."""
@@ -583,7 +330,23 @@ class GPUSessionSpawner(KubeSpawner):
             self._base_start_timeout = int(self.start_timeout)
         self._raised_start_timeout = int(self._base_start_timeout + self._allocation_wait())
         self.start_timeout = self._raised_start_timeout
-        return super().start()
+        self._kernel_host = None
+        # The kernel host starts beside the notebook pod: the spawn is done when both are.
+        self._start_future = asyncio.ensure_future(self._with_kernel_host(super().start()))
+        return self._start_future
+
+    async def _with_kernel_host(self, started: Any) -> Any:
+        """KubeSpawner's start (the notebook pod running), then the holder's kernel gateway
+        that was still starting when the notebook pod was made (`_prepare_gpu`)."""
+
+        def host() -> asyncio.Future[str | None] | None:
+            host, self._kernel_host = self._kernel_host, None
+            return host
+
+        try:
+            return await lifecycle.with_kernel_host(started, host)
+        except Refused as e:
+            raise SpawnRefused(e.message, reason=e.reason) from None
 
     async def get_pod_manifest(self) -> Any:
         """Before the notebook pod: claim, holder, allocation. Then add the claim to the pod."""
@@ -602,89 +365,38 @@ class GPUSessionSpawner(KubeSpawner):
         return pod
 
     async def _prepare_gpu(self) -> None:
+        """The start's GPU phase (`lifecycle.prepare`): claim, holder, allocation, or the
+        release of a GPU left for a CPU profile; refusals are the spawn page's."""
         self._gpu_alloc = None
         try:
-            request = self.gpu_request()
-            if not request.wants_gpu:
-                await self._release_previous_gpu_for_cpu_profile()
-                return
-            await self._refuse_if_size_missing(request)
-            session = self._session(request)
+            sessions: list[GPUSession] = []
+
+            def session(request: C.GPURequest | None) -> GPUSession:
+                sessions.append(self._session(request))
+                return sessions[-1]
+
             try:
-                self._gpu_alloc = await session.ensure(self.gpu_allocation_timeout)
+                prepared = await lifecycle.prepare(
+                    self.gpu_request(),
+                    session,
+                    self._gpu_state,
+                    timeout=self.gpu_allocation_timeout,
+                    queue=self._kai_queue,
+                    kept_settings={k: getattr(self, k) for k in KEPT_SETTINGS},
+                    view=watch.cluster_view,
+                    emit=self._emit,
+                    log=self.log,
+                    who=self.user.name,
+                )
             except Refused as e:
                 raise SpawnRefused(e.message, reason=e.reason) from None
-            except KubeError as e:
-                raise SpawnRefused(
-                    f"The cluster refused the GPU request: {e.message}", reason="gpu-api-error"
-                ) from None
-            n = session.n
-            self._gpu_state = {
-                "namespace": n.namespace,
-                "claim": n.claim,
-                "holder": n.holder,
-                "request_hash": request.hash(),
-                "profile": n.profile,
-                "describe": request.describe(),
-                "kernels": "1" if session.kernels is not None else "",
-                "queue": self._kai_queue or "",
-                # When this start began: older Evict events of KAI are not about this session.
-                "since": f"{time.time():.0f}",
-                # default=str: a toleration given as a V1Toleration rather than a dict is kept
-                # as text (and ignored after a restart) instead of failing the start.
-                "settings": json.dumps(
-                    {k: getattr(self, k) for k in KEPT_SETTINGS}, sort_keys=True, default=str
-                ),
-            }
+            self._gpu_alloc, self._gpu_state = prepared.alloc, prepared.state
+            if prepared.alloc is not None and prepared.alloc.kernel_host_starting:
+                # The notebook pod is made now, with the gateway's address; the spawn waits
+                # for the gateway (start's `_with_kernel_host`) while the pod starts.
+                self._kernel_host = asyncio.ensure_future(sessions[-1].kernel_host_ready())
         finally:
             self._gpu_phase_done.set()
-
-    async def _refuse_if_size_missing(self, request: C.GPURequest) -> None:
-        """Refuse at once when no device of this size exists at all (not merely all in use)."""
-        try:
-            view = cluster_view()
-            if not await view.wait_ready(timeout=5) or view.errors:
-                return  # no reliable picture: let the scheduler decide
-            inv, allocated, left, classes = view.derived()
-        except Exception as e:  # the picture is an optimisation, never a reason to fail
-            self.log.warning("No cluster view for the size check: %s", e)
-            return
-        missing = [dc for dc in request.device_classes() if dc not in classes]
-        if missing:
-            return  # GPUSession explains a missing DeviceClass
-        f = size_figures(request, inv, allocated, classes, left, view.figures.by_shape)
-        if f.state == "not-offered":
-            raise SpawnRefused(
-                f"No GPU of this size ({request.describe()}) exists on this cluster, so waiting "
-                "would not help. Pick another size or ask your admin.",
-                reason="gpu-size-missing",
-            )
-        problems = size_problems(request, inv, classes)
-        if problems:
-            # A claim the scheduler would fail (or could place on a GPU cut into MIG devices):
-            # say why now instead of letting the user wait.
-            raise SpawnRefused(
-                f"This GPU size cannot be used on this cluster: {problems[0]}. Ask your admin.",
-                reason="gpu-size-broken",
-            )
-
-    async def _release_previous_gpu_for_cpu_profile(self) -> None:
-        """A server that switches to a CPU-only profile gives back the GPU it kept (also one
-        the hub's state lost: a hub that died after creating the claim never saved it)."""
-        if not self._gpu_state:
-            try:
-                if await self._session().release_if_ours():
-                    self._emit(
-                        "You picked a profile without a GPU: released a GPU left from an earlier start."
-                    )
-            except KubeError as e:  # best effort: the culler releases orphans anyway
-                self.log.warning(
-                    "Could not look for a GPU left by an earlier start of %s: %s", self.user.name, e
-                )
-            return
-        self._emit("You picked a profile without a GPU: releasing the GPU you had ...")
-        await self._session().release(wait=False)
-        self._gpu_state = {}
 
     def session_info(self, alloc: Allocation) -> dict[str, Any]:
         n = self._names()
@@ -698,15 +410,10 @@ class GPUSessionSpawner(KubeSpawner):
             alloc.devices,
         )
 
-    @validate("on_holder_loss")
-    def _check_on_holder_loss(self, proposal: Any) -> str:
-        if proposal["value"] not in ("recreate", "release"):
-            raise TraitError(f"on_holder_loss must be 'recreate' or 'release', not {proposal['value']!r}")
-        return str(proposal["value"])
-
     async def poll(self) -> int | None:
         """KubeSpawner's poll, and a check that a running server's GPU holder is still there;
-        a server found stopped because KAI took its GPU back is told so and released."""
+        a server found stopped because KAI took its GPU back is told so and released
+        (`reconcile.Reconcile`)."""
         status = await super().poll()
         if getattr(self, "_stop_pending", False):
             # The hub polls before it stops a server; a cull releases the GPU meanwhile, and a
@@ -714,92 +421,56 @@ class GPUSessionSpawner(KubeSpawner):
             return status
         if status is None and self._gpu_state.get("claim"):
             try:
-                return await self._check_holder()
+                return await self._reconcile(running=True).running()
             except KubeError as e:
                 self.log.warning("%s: could not check the GPU holder: %s", self._log_name, e.message)
         elif status is not None and self._gpu_state.get("queue") and self._gpu_state.get("claim"):
             try:
-                await self._check_reclaimed()
+                await self._reconcile(running=False).stopped()
             except KubeError as e:
                 self.log.warning("%s: could not check for a reclaim: %s", self._log_name, e.message)
         return status
 
-    async def _check_reclaimed(self) -> bool:
-        """KAI deleted this session's pods to give the GPU to another team (an Evict event on
-        their PodGroups): tell the user and release the GPU (its allocation is gone anyway).
-        True if so."""
-        policy = self._queues()
+    def _reconcile(self, running: bool) -> Reconcile:
+        """The poll's work on this server's session, from its saved state and settings."""
         n = self._names()
         api = SessionAPI(timeout=self.k8s_api_request_timeout)
-        if not C.holder_lost(await api.get_pod(n.namespace, n.holder)):
-            return False  # the holder runs: whatever stopped the notebook, it was not a reclaim
-        since = float(self._gpu_state.get("since") or 0)
-        # KAI writes the event while (or just after) it deletes the pods: give it a moment.
-        deadline = time.monotonic() + self.kai_evict_event_wait
-        while True:
-            events = await api.events(n.namespace, policy.evict_events_selector)
-            by = policy.evicted_by(events, n.namespace, (n.holder, self.pod_name), since)
-            if by is not None:
-                break
-            if time.monotonic() >= deadline:
-                self.log.info("%s: holder gone, no Evict event of KAI for it", self._log_name)
-                return False
-            await asyncio.sleep(0.5)
-        queue = self._gpu_state.get("queue", "")
-        self.log.warning("%s: KAI took the GPU back for %s; releasing it", self._log_name, by)
-        notices.post(self.user.name, self.name or "", policy.reclaim_notice(queue, by))
-        await self.release_gpu()
-        return True
-
-    async def _check_holder(self) -> int | None:
-        n = self._names()
-        # The shared watch answers the common case (the holder is fine) without an API call;
-        # only a holder the watch does not show as healthy is read, to be sure.
-        holders = holder_watch(n.namespace)
-        seen = holders.objects.get(f"{n.namespace}/{n.holder}")
-        if holders.ready.is_set() and not holders.error and not C.holder_lost(seen):
-            return None
-        api = SessionAPI(timeout=self.k8s_api_request_timeout)
-        if not C.holder_lost(await api.get_pod(n.namespace, n.holder)):
-            return None
-        # Evicted by KAI (reclaim, preemption): not recreated, the GPU is another team's now.
-        if self._gpu_state.get("queue") and await self._check_reclaimed():
-            return 1
         kernels = self._gpu_state.get("kernels") == "1"
-        session = GPUSession(
-            api,
-            n,
-            C.GPURequest(),
-            self._holder_settings(),
-            emit=self._emit,
-            log=self.log,
-            extra_labels=self._queue_labels(),
-            kernels=self._kernel_settings() if kernels else None,
-        )
         user, server = self.user.name, self.name or ""
-        if self._setting("on_holder_loss") == "release":
-            self.log.warning(
-                "%s: the GPU holder was lost; stopping and releasing, as configured", self._log_name
+
+        def session() -> GPUSession:
+            return GPUSession(
+                api,
+                n,
+                C.GPURequest(),
+                self._holder_settings(),
+                emit=self._emit,
+                log=self.log,
+                extra_labels=self._queue_labels(),
+                kernels=self._kernel_settings() if kernels else None,
             )
-            notices.post(
-                user,
-                server,
-                "Your GPU's holder pod was lost (deleted or evicted), so your server was stopped and its "
-                "GPU released, as this hub is configured. Start again to get a GPU.",
-            )
-            await self.release_gpu()
-            return 1
-        what = await session.heal_holder()
-        if what == "recreated":
-            self.log.warning("%s: the GPU holder was lost and has been recreated", self._log_name)
-            text = (
-                "Your GPU's holder pod was lost (deleted or evicted) and has been recreated: "
-                "the GPU stays yours."
-            )
-            if kernels:
-                text += " Kernels running beside the GPU were lost: restart them."
+
+        def notify(text: str) -> None:
             notices.post(user, server, text)
-        return None
+
+        return Reconcile(
+            api=api,
+            names=n,
+            notebook_pod=self.pod_name,
+            policy=self._queues(),
+            session=session,
+            release=self.release_gpu,
+            notify=notify,
+            queue=self._gpu_state.get("queue", ""),
+            since=float(self._gpu_state.get("since") or 0),
+            kernels=kernels,
+            on_holder_loss=self._setting("on_holder_loss"),
+            evict_event_wait=self.kai_evict_event_wait,
+            # The shared watch answers "the holder is fine" without an API call.
+            holders=watch.holder_watch(n.namespace) if running else None,
+            log=self.log,
+            log_name=self._log_name,
+        )
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """GPU steps in words first (claim changes, not only pod events), then KubeSpawner's pod events."""
@@ -835,6 +506,8 @@ class GPUSessionSpawner(KubeSpawner):
             await super().stop(now=now)
             return
         self._gpu_started = False
+        if self._kernel_host is not None:
+            self._kernel_host.cancel()
         await super().stop(now=now)
         if self._gpu_state and not self._setting("keep_gpu_on_stop"):
             await self.release_gpu()
@@ -852,10 +525,9 @@ class GPUSessionSpawner(KubeSpawner):
             await super().delete_forever()
         finally:
             await self.release_gpu()
-            # The default server goes only with the user: so do the user's notebook jobs.
-            if not self.name and self.user is not None and NotebookJobs(config=self.config).enabled:
-                definitions = NotebookJobDefinitions(config=self.config).enabled
-                await delete_user_jobs(self.namespace, self.user.name, self.log, definitions)
+            if not self.name and self.user is not None:  # the default server goes only with the user:
+                # so do the user's notebook jobs
+                await lifecycle.delete_user_jobs(self.config, self.namespace, self.user.name, self.log)
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

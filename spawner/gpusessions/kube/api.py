@@ -10,14 +10,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import aiohttp
+from kubernetes_asyncio import watch as k8s_watch
 from kubernetes_asyncio.client import ApiException
 from kubespawner.clients import shared_client
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 log = logging.getLogger("gpusessions")
 
 
@@ -179,6 +183,48 @@ class SessionAPI:
     async def events(self, namespace: str, field_selector: str) -> list[Obj]:
         r = await self._call(self.core.list_namespaced_event, namespace, field_selector=field_selector)
         return [self._dict(i) for i in (r.items if r is not None else [])]
+
+    async def wait_events(
+        self, namespace: str, field_selector: str, found: Callable[[list[Obj]], T | None], timeout: float
+    ) -> T | None:
+        """The events `field_selector` selects in `namespace`, listed and then watched for at
+        most `timeout` seconds, until `found(events)` gives an answer; that answer, or None.
+
+        A witness, not a sleep: the answer comes as soon as its event is written."""
+        deadline = time.monotonic() + timeout
+        r = await self._call(self.core.list_namespaced_event, namespace, field_selector=field_selector)
+        events = [self._dict(i) for i in (r.items if r is not None else [])]
+        answer = found(events)
+        if answer is not None or timeout <= 0:
+            return answer
+        rv = r.metadata.resource_version if r is not None else None
+        left = deadline - time.monotonic()
+        try:
+            async with asyncio.timeout(max(left, 0.0)):
+                w = k8s_watch.Watch()
+                async with w.stream(
+                    self.core.list_namespaced_event,
+                    namespace,
+                    field_selector=field_selector,
+                    resource_version=rv,
+                    timeout_seconds=max(1, math.ceil(left)),
+                ) as stream:
+                    async for event in stream:
+                        if event["type"] == "ERROR":
+                            break
+                        if event["type"] in ("ADDED", "MODIFIED"):
+                            events.append(event["raw_object"])
+                            answer = found(events)
+                            if answer is not None:
+                                return answer
+        except TimeoutError:
+            return None
+        except (ApiException, aiohttp.ClientError, OSError) as e:
+            log.info("watching events in %s failed (%s); listing them again", namespace, e)
+        # The watch ended early (an error, or the apiserver closed it): list once more at the end.
+        await asyncio.sleep(max(deadline - time.monotonic(), 0.0))
+        r = await self._call(self.core.list_namespaced_event, namespace, field_selector=field_selector)
+        return found([self._dict(i) for i in (r.items if r is not None else [])])
 
     async def pod_events(self, namespace: str, name: str) -> list[Obj]:
         sel = f"involvedObject.kind=Pod,involvedObject.name={name}"

@@ -283,6 +283,50 @@ def cluster_view() -> ClusterView:
     return view
 
 
+async def claim_changed(namespace: str, name: str, seen: str | None, timeout: float) -> None:
+    """Return when the shared claim watch sees `namespace/name` change (at most `timeout`)."""
+    claims = cluster_view().claims
+    if claims.ready.is_set() and not claims.error:
+        await claims.wait_change(f"{namespace}/{name}", seen, timeout)
+    else:
+        await asyncio.sleep(timeout)
+
+
+async def holder_changed(namespace: str, name: str, seen: str | None, timeout: float) -> None:
+    """Return when the shared holder watch sees the pod `namespace/name` change (at most
+    `timeout`); while the watch is not listing (it starts on first use), after half a second."""
+    holders = holder_watch(namespace)
+    if holders.ready.is_set() and not holders.error:
+        await holders.wait_change(f"{namespace}/{name}", seen, timeout)
+    else:
+        await asyncio.sleep(min(timeout, 0.5))
+
+
+def claim_seen(namespace: str, name: str) -> bool | None:
+    """Whether the shared claim watch shows the claim; None when it cannot tell (listing, failing)."""
+    claims = cluster_view().claims
+    if not claims.ready.is_set() or claims.error:
+        return None
+    return f"{namespace}/{name}" in claims.objects
+
+
+def cached(kind: str, namespace: str, name: str) -> Obj | None:
+    """A claim or holder pod ("claim", "holder") as the shared watch last saw it; None when it
+    shows none or cannot tell."""
+    cache = cluster_view().claims if kind == "claim" else holder_watch(namespace)
+    if not cache.ready.is_set() or cache.error:
+        return None
+    return cache.objects.get(f"{namespace}/{name}")
+
+
+def class_seen(name: str) -> bool | None:
+    """Whether the shared watch shows the DeviceClass; None when it cannot tell."""
+    classes = cluster_view().classes
+    if not classes.ready.is_set() or classes.error:
+        return None
+    return f"/{name}" in classes.objects
+
+
 _holder_watches: dict[tuple[int, str], tuple[Cache, asyncio.Future[None]]] = {}
 
 

@@ -10,25 +10,36 @@ jupyter_server's gateway client (a) shuts every kernel down when the server stop
   keeps its sessions (notebook path -> kernel) in a SQLite file in the home directory,
   so open notebooks re-attach to their kernels with their state;
 - kernels that vanish without the user shutting them down (the holder restarted, the
-  GPU was released) are recorded as lost, for the notice in JupyterLab.
+  GPU was released) are recorded as lost, for the notice in JupyterLab;
+- the gateway may still be starting when this server starts (the spawner makes the notebook
+  pod while the holder's gateway starts): the first request to it waits until it accepts
+  connections, at most `GPUSESSIONS_GATEWAY_WAIT` seconds (`GatewayWait`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.gateway.gateway_client import gateway_request
-from jupyter_server.gateway.managers import GatewayMappingKernelManager, GatewaySessionManager
+from jupyter_server.gateway.managers import (
+    GatewayKernelSpecManager,
+    GatewayMappingKernelManager,
+    GatewaySessionManager,
+)
 from tornado import web
 from tornado.escape import json_decode
 
 ENABLE_ENV = "GPUSESSIONS_PERSIST_KERNELS"
+WAIT_ENV = "GPUSESSIONS_GATEWAY_WAIT"
+GATEWAY_WAIT = 120.0  # seconds the first gateway request waits for a kernel host still starting
 # Shown in a JupyterLab notification (cut at 140 characters): short.
 LOST_REASON = "the kernel host beside your GPU restarted; variables and GPU memory are gone"
 
@@ -43,6 +54,102 @@ def state_dir(env: dict[str, str] | None = None) -> Path:
     env = dict(os.environ) if env is None else env
     server = env.get("JUPYTERHUB_SERVER_NAME", "")
     return Path(jupyter_data_dir()) / "gpusessions" / (server or "_default")
+
+
+class GatewayWait:
+    """The kernel host may still be starting when this server starts: the first request to
+    the gateway waits until it accepts connections (at most `timeout` seconds, once per
+    process), saying so in the log; later requests go straight through (jupyter_server's
+    own errors then say what is wrong)."""
+
+    def __init__(self, url: str, timeout: float, log: logging.Logger | None = None, interval: float = 0.25):
+        parts = urlsplit(url)
+        self.url = url
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.timeout = timeout
+        self.interval = interval
+        self.log = log or logging.getLogger("ServerApp")
+        self.done = False
+        self._lock = asyncio.Lock()
+
+    async def _answers(self) -> bool:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 2.0)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        return True
+
+    async def __call__(self) -> bool:
+        """True once the gateway accepts connections; False when it did not in time."""
+        if self.done:
+            return True
+        async with self._lock:
+            if self.done:
+                return True
+            started = time.monotonic()
+            said = False
+            while not await self._answers():
+                waited = time.monotonic() - started
+                if waited >= self.timeout:
+                    self.log.warning(
+                        "gpusessions: the kernel host beside your GPU (%s) did not answer within %.0f s: "
+                        "kernels cannot start until it does (is the GPU's holder pod running?)",
+                        self.url,
+                        self.timeout,
+                    )
+                    self.done = True
+                    return False
+                if not said:
+                    self.log.info(
+                        "gpusessions: the kernel host beside your GPU (%s) is still starting; "
+                        "waiting for it (at most %.0f s)",
+                        self.url,
+                        self.timeout,
+                    )
+                    said = True
+                await asyncio.sleep(self.interval)
+            if said:
+                self.log.info(
+                    "gpusessions: the kernel host answers (after %.1f s)", time.monotonic() - started
+                )
+            self.done = True
+            return True
+
+
+_gateway_wait: GatewayWait | None = None
+
+
+async def gateway_started() -> None:
+    """Wait (once, bounded) for the gateway of `JUPYTER_GATEWAY_URL` to accept connections."""
+    global _gateway_wait
+    url = os.environ.get("JUPYTER_GATEWAY_URL")
+    if not url:
+        return
+    if _gateway_wait is None or _gateway_wait.url != url:
+        try:
+            timeout = float(os.environ.get(WAIT_ENV, GATEWAY_WAIT))
+        except ValueError:
+            timeout = GATEWAY_WAIT
+        _gateway_wait = GatewayWait(url, timeout)
+    await _gateway_wait()
+
+
+class PersistentGatewayKernelSpecManager(GatewayKernelSpecManager):
+    """The gateway's kernel specs, asked for once the gateway has started (`gateway_started`)."""
+
+    async def list_kernel_specs(self) -> Any:
+        await gateway_started()
+        return await super().list_kernel_specs()
+
+    async def get_kernel_spec(self, kernel_name: str, **kwargs: Any) -> Any:  # type: ignore[override]
+        await gateway_started()
+        return await super().get_kernel_spec(kernel_name, **kwargs)
+
+    async def get_kernel_spec_resource(self, kernel_name: str, path: str) -> Any:
+        await gateway_started()
+        return await super().get_kernel_spec_resource(kernel_name, path)
 
 
 class PersistentGatewayKernelManager(GatewayMappingKernelManager):
@@ -95,6 +202,7 @@ class PersistentGatewayKernelManager(GatewayMappingKernelManager):
         async with self._adopt_lock:
             if self._adopted:
                 return
+            await gateway_started()
             try:
                 models = await self._gateway_models()
             except (web.HTTPError, OSError) as e:
@@ -162,5 +270,6 @@ def link(serverapp: Any) -> None:
     d.mkdir(parents=True, exist_ok=True)
     serverapp.kernel_manager_class = PersistentGatewayKernelManager
     serverapp.session_manager_class = PersistentGatewaySessionManager
+    serverapp.kernel_spec_manager_class = PersistentGatewayKernelSpecManager
     serverapp.config.SessionManager.database_filepath = str(d / "sessions.db")
     serverapp.log.info("gpusessions: kernels live in the GPU holder at %s", os.environ["JUPYTER_GATEWAY_URL"])
