@@ -104,9 +104,13 @@ lint: venv
 unit: venv labextension helm-build
 	@$(BIN)/python -m pytest tests/unit -q
 
+# Two workers (pytest-xdist), each a whole test module at a time on a local cluster of its own
+# (the first reuses a running one; tests/conftest.py): most of a test is waiting for a scheduler,
+# a culler cycle or a hub, so two share the two cores. TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 2
 test: venv labextension node-deps browser-deps devcluster-build helm-build lint
 	@echo "gpusessions: running the tests (they start the local cluster, or reuse a running one) ..."
-	@set +e; $(BIN)/python -m pytest; rc=$$?; \
+	@set +e; $(BIN)/python -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "gpusessions: no tests were collected: that is a failure" >&2; exit 1; fi; \
 	exit $$rc
 
