@@ -54,6 +54,10 @@ Z2JH_HUB_RULES = [
 RECOVERY_ONLY = {
     # Replacing a policy of the same name left by an earlier claim (never in a fresh session).
     ("hub", "networking.k8s.io", "networkpolicies", "delete"),
+    # A size's DeviceClass read when the hub's shared watch cannot tell or does not show it (a
+    # start answers "not offered on this cluster" in words): a start whose class the watch shows
+    # reads nothing (hub/session.py, _check_offered).
+    ("hub", "resource.k8s.io", "deviceclasses", "get"),
 }
 
 
