@@ -84,6 +84,33 @@ async def _watch_status(
     """The kernel's execution states broadcast on iopub, until one of `until` arrives."""
     req = HTTPRequest(ws_url, headers={"Authorization": f"token {token}"}, request_timeout=timeout)
     conn = await websocket_connect(req)
+    # Connected is not yet subscribed: the witness that the kernel's broadcasts reach this
+    # socket is the busy/idle status the kernel broadcasts for a request of ours.
+    probe = uuid.uuid4().hex
+    conn.write_message(
+        json.dumps(
+            {
+                "header": {
+                    "msg_id": probe,
+                    "msg_type": "kernel_info_request",
+                    "username": "test",
+                    "session": uuid.uuid4().hex,
+                    "version": "5.3",
+                },
+                "parent_header": {},
+                "metadata": {},
+                "content": {},
+                "channel": "shell",
+            }
+        )
+    )
+    while True:
+        raw = await asyncio.wait_for(conn.read_message(), timeout)
+        if raw is None:
+            raise AssertionError("the kernel's channels closed before its first broadcast")
+        msg = json.loads(raw)
+        if msg.get("channel") == "iopub" and (msg.get("parent_header") or {}).get("msg_id") == probe:
+            break
     connected.set()
     seen: list[str] = []
     try:
