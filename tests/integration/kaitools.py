@@ -135,14 +135,64 @@ def queue_status(api: KubeAPI, name: str) -> Obj:
     return api.get("Queue", name).get("status") or {}
 
 
-def stays_pending(api: KubeAPI, namespace: str, pod: str, seconds: float) -> bool:
-    """True if the pod is still unbound after `seconds` (KAI runs a cycle every second)."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if api.get("Pod", pod, namespace)["spec"].get("nodeName"):
-            return False
-        time.sleep(0.5)
-    return True
+BINDREQUESTS = "/apis/scheduling.run.ai/v1alpha2/namespaces/{namespace}/bindrequests"
+
+
+def _bind_requested(api: KubeAPI, namespace: str, pod: str) -> bool:
+    """Whether KAI's scheduler has asked its binder to bind `pod` (a BindRequest names it)."""
+    items = api.request("GET", BINDREQUESTS.format(namespace=namespace)).get("items") or []
+    return any((b.get("spec") or {}).get("podName") == pod for b in items)
+
+
+def stays_pending(
+    api: KubeAPI, namespace: str, pod: str, queue_name: str, cycles: int = 2, timeout: float = 60
+) -> bool:
+    """True if KAI passed `pod` over in `cycles` scheduling cycles that all began after this
+    call: the witness of each cycle is a probe pod (no resources, the same queue) created after
+    the previous probe was bound, and bound itself, while `pod` has no node and no BindRequest.
+    KAI considers every pending workload in each cycle, so a probe bound after `pod` was already
+    waiting is a cycle that looked at `pod` and left it (no clock decides)."""
+    probes = []
+    try:
+        for i in range(cycles):
+            name = f"{pod}-probe{i}"[:63]
+            api.create(kai_pod(name, queue_name), namespace)
+            probes.append(name)
+            waits.wait_for(
+                lambda name=name: api.get("Pod", name, namespace)["spec"].get("nodeName"),
+                timeout,
+                f"KAI to bind the probe pod {namespace}/{name} (a scheduling cycle after {pod}'s)",
+            )
+            if api.get("Pod", pod, namespace)["spec"].get("nodeName") or _bind_requested(api, namespace, pod):
+                return False
+        return True
+    finally:
+        for name in probes:
+            api.delete("Pod", name, namespace, grace_period=0)
+
+
+PROBE_CPU = "10m"
+
+
+def recounted(api: KubeAPI, namespace: str, queue_name: str, timeout: float = 60) -> Obj:
+    """The queue's status as KAI's queuecontroller computes it after this call: a probe pod
+    asking for CPU only (PROBE_CPU) joins the queue, and the first status that counts it is one
+    summed over every PodGroup of the queue from then on (what was there before is in it). The
+    probe's own CPU is taken out again; the probe is deleted."""
+    pod = kai_pod(f"recount-{queue_name}"[:63], queue_name)
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": PROBE_CPU}}
+    api.create(pod, namespace)
+    try:
+        st = waits.wait_for(
+            lambda: (s := queue_status(api, queue_name)).get("allocated", {}).get("cpu") and s,
+            timeout,
+            f"KAI's queuecontroller to count a probe pod in queue {queue_name}",
+            explain=lambda: f"queue {queue_name} status: {queue_status(api, queue_name)}",
+        )
+    finally:
+        api.delete("Pod", pod["metadata"]["name"], namespace, grace_period=0)
+    print(f"queue {queue_name} with the probe:", st)
+    return {k: {r: n for r, n in v.items() if r != "cpu"} for k, v in st.items() if isinstance(v, dict)}
 
 
 def reclaim_teams(namespace: str) -> tuple[str, str, str]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gpusessions.core.timestamps import epoch
 from localcluster import waits
 from localcluster.hubproc import Hub, start_hub
 from localcluster.kubeapi import KubeAPI
@@ -64,6 +65,33 @@ def everything(api: KubeAPI, namespace: str) -> dict[str, list[str]]:
 
 
 NONE = {**NOTHING, "cronjobs": []}
+
+
+CONTROL = "control-every-minute"
+CONTROL_CRONJOB = {
+    "apiVersion": "batch/v1",
+    "kind": "CronJob",
+    "metadata": {"name": CONTROL},
+    "spec": {
+        "schedule": "* * * * *",
+        "jobTemplate": {
+            "spec": {
+                "suspend": True,  # a run of it makes a Job and no pod
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "main", "image": "none", "command": ["true"]}],
+                    }
+                },
+            }
+        },
+    },
+}
+
+
+def control_ran_at(api: KubeAPI, namespace: str) -> float:
+    """When the CronJob controller last ran the control schedule (epoch seconds; 0: never)."""
+    return epoch((api.get("CronJob", CONTROL, namespace).get("status") or {}).get("lastScheduleTime")) or 0.0
 
 
 def runs(api: KubeAPI, namespace: str, def_id: str) -> list[dict[str, Any]]:
@@ -127,6 +155,9 @@ def test_a_schedule_runs_in_the_team_queue_pauses_and_goes_with_its_definition(
     assert code == 200 and paused["active"] is False and paused["schedule"] == "* * * * *", paused
     paused_at = time.time()
     assert api.get("CronJob", f"nbdef-{def_id}", namespace)["spec"]["suspend"] is True
+    # The witness that the CronJob controller took a minute's turn: a CronJob of the test's
+    # own, every minute, whose runs start no pod.
+    api.create(CONTROL_CRONJOB, namespace)
     run_id = run["metadata"]["name"].removeprefix("nbdef-")
 
     def pods_of(job: str) -> list[dict[str, Any]]:
@@ -173,7 +204,13 @@ def test_a_schedule_runs_in_the_team_queue_pauses_and_goes_with_its_definition(
 
     # Paused over a minute's turn with no run in progress: no new run.
     next_minute = (max(paused_at, ended_at) // 60 + 1) * 60
-    time.sleep(max(0.0, next_minute + 10 - time.time()))
+    waits.wait_for(
+        lambda: control_ran_at(api, namespace) >= next_minute,
+        120,
+        "the CronJob controller to run the control schedule at the next minute",
+        lambda: str(api.get("CronJob", CONTROL, namespace).get("status")),
+    )
+    api.delete("CronJob", CONTROL, namespace)
     assert [j["metadata"]["name"] for j in scheduled()] == [run["metadata"]["name"]], "a paused schedule ran"
     _, got = call(hub, ann, "GET", f"{base}/{def_id}")
     assert got["active"] is False and got["last_schedule_time"]

@@ -111,7 +111,7 @@ def test_dynamic_mig_under_kai_and_counters_refuse_overallocation(
         api.create(kai_claim("three-b", team, MIG, [on_gpu0, PROFILE.format("3g.40gb")]), namespace)
         api.create(kai_pod("p-three-b", team, "three-b"), namespace)
         msg = waits.pod_unschedulable(api, namespace, "p-three-b")
-        assert stays_pending(api, namespace, "p-three-b", 3)
+        assert stays_pending(api, namespace, "p-three-b", team)
         assert not (api.get("ResourceClaim", "three-b", namespace).get("status") or {}).get("allocation")
         print("KAI's message for a dynamic MIG device whose counters are spent:", msg)
 

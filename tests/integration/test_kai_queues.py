@@ -17,7 +17,16 @@ from localcluster import waits
 from localcluster.kubeapi import KubeAPI
 from localcluster.testing import allocated
 
-from .kaitools import kai_claim, kai_pod, make_queues, podgroup_of, queue, queue_status, stays_pending
+from .kaitools import (
+    kai_claim,
+    kai_pod,
+    make_queues,
+    podgroup_of,
+    queue,
+    queue_status,
+    recounted,
+    stays_pending,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -74,7 +83,7 @@ def test_a_queues_limit_holds_and_the_waiting_pod_says_why(api: KubeAPI, namespa
         details = why["details"]["queueDetails"]
         assert details["name"] == a and details["queueResourceLimits"]["nvidia.com/gpu"] == "1"
         assert details["queueAllocatedResources"]["nvidia.com/gpu"] == "1"
-        assert stays_pending(api, namespace, "two-holder", 3)
+        assert stays_pending(api, namespace, "two-holder", a)
         waits.wait_for(
             lambda: queue_status(api, a).get("allocated", {}).get("gpu.nvidia.com") == "1",
             30,
@@ -97,10 +106,9 @@ def test_mig_devices_against_a_queue_of_gpu_limit_one(
     for i in range(3):
         waits.pod_ready(api, namespace, f"m{i}-nb", timeout=60)
         assert len(allocated(api.get("ResourceClaim", f"m{i}", namespace))) == 1
-    time.sleep(3)
-    st = queue_status(api, a)
+    st = recounted(api, namespace, a)
     print("Queue status with three MIG sessions:", st)
-    assert not st.get("allocated")
+    assert not st.get("allocated"), st
 
 
 def test_a_mig_device_of_a_class_named_gpu_counts_as_one_whole_gpu(
@@ -139,16 +147,20 @@ def test_a_mig_device_of_a_class_named_gpu_counts_as_one_whole_gpu(
             f"KAI to report whole GPUs of class {cls} allocated in queue {a}",
             explain=lambda: f"queue {a} status: {queue_status(api, a)}",
         )
-        # Both pods run; their PodGroups are filled within a second or two of that (unpatched,
-        # the second one brings the count to 2): watch the figure for a while.
-        seen = set()
-        end = time.monotonic() + 6
-        while time.monotonic() < end:
-            seen.add(queue_status(api, a).get("allocated", {}).get(cls))
-            time.sleep(0.3)
-        st = queue_status(api, a)
-        print("one 1g.10gb session of a class named gpu, queue status:", st, "seen:", seen)
-        assert seen == {"1"}, (seen, st)
+        # Both pods run; KAI's podgroupcontroller fills each one's PodGroup (unpatched, the
+        # notebook's brings the count to 2): once both carry a resourcesStatus, a recount of the
+        # queue sums both.
+        waits.wait_for(
+            lambda: all(
+                "resourcesStatus" in (podgroup_of(api, namespace, f"s-{p}").get("status") or {})
+                for p in ("holder", "nb")
+            ),
+            30,
+            "KAI's podgroupcontroller to fill both PodGroups of the session",
+        )
+        st = recounted(api, namespace, a)
+        print("one 1g.10gb session of a class named gpu, queue status:", st)
+        assert st.get("allocated", {}).get(cls) == "1", st
         assert st.get("requested", {}).get(cls) == "1", st
     finally:
         api.delete_collection("Pod", namespace, grace_period=0)
@@ -195,7 +207,7 @@ def test_a_non_preemptible_session_is_never_evicted(
         f"NonPreemptibleOverQuota: Non-preemptible workload is over quota. Workload requested 1 GPUs, "
         f"but {b} quota is 0 GPUs"
     ), msg
-    assert stays_pending(api, namespace, "other-holder", 5)
+    assert stays_pending(api, namespace, "other-holder", b)
     for p in ("mine-holder", "mine-nb"):
         assert api.get("Pod", p, namespace)["metadata"].get("deletionTimestamp") is None
 
@@ -214,5 +226,5 @@ def test_kai_charges_the_notebook_of_a_shared_claim_again(api: KubeAPI, namespac
         assert msg.startswith(
             f"OverLimit: {a} quota has reached the allowable limit of GPUs. Limit is 1 GPUs"
         )
-        assert stays_pending(api, namespace, "nb", 3)
+        assert stays_pending(api, namespace, "nb", a)
         print("Queue status:", queue_status(api, a))

@@ -21,6 +21,28 @@ SPAWNER = SimpleNamespace(
 )
 
 
+def watch_recounts(view: ClusterView) -> asyncio.Event:
+    """An event set each time the view's scheduled recount has run (whatever it decided)."""
+    ran = asyncio.Event()
+    real = view._recount_now
+
+    def recount_now() -> None:
+        real()
+        ran.set()
+
+    view._recount_now = recount_now  # type: ignore[method-assign]
+    return ran
+
+
+async def settled(view: ClusterView, ran: asyncio.Event) -> None:
+    """Until the recount that the last change scheduled has run and none is due: the witness
+    that whatever a change makes happen has happened."""
+    async with asyncio.timeout(5):
+        while view._recount is not None:
+            ran.clear()
+            await ran.wait()
+
+
 def _obj(o: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     md = o["metadata"]
     return f"{md.get('namespace', '')}/{md['name']}", o
@@ -57,13 +79,14 @@ def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.Mo
             list_resource_slice=None, list_resource_claim_for_all_namespaces=None, list_device_class=None
         )
         view = ClusterView(min_interval=0.1, api=api, start=False)
+        ran = watch_recounts(view)
         slices = [s for n in load_shape("small", SHAPES_DIR).nodes for s in build_slices(n)]
         view.slices.objects = dict(_obj(s) for s in slices)
         view.classes.objects = dict(_obj(c) for c in device_classes())
         for cache in (view.slices, view.claims, view.classes):
             cache.ready.set()
         view._changed()
-        await asyncio.sleep(0.3)
+        await settled(view, ran)
         assert view.recounts == 0  # nobody looked yet: nothing is counted ahead of a view
 
         first = page_view(view)
@@ -75,7 +98,7 @@ def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.Mo
         key, claim = _obj(_allocated_claim("gpu-0-mig-1g10gb-19-3"))
         view.claims.objects[key] = claim
         view._changed()
-        await asyncio.sleep(0.3)
+        await settled(view, ran)
         assert view.recounts == 1 and len(counted) == 4
         counted.clear()
         after = page_view(view)
@@ -86,7 +109,7 @@ def test_a_claim_change_is_recounted_before_the_next_view(monkeypatch: pytest.Mo
         view.last_view -= watch.VIEWS_RECENT + 1
         view.claims.objects.pop(key)
         view._changed()
-        await asyncio.sleep(0.3)
+        await settled(view, ran)
         assert view.recounts == 1 and counted == [] and view.figures.recent == {}
         assert page_view(view)["mig-1g-10gb"]["free"] == 9
         view.stop()
@@ -100,6 +123,7 @@ def test_a_failing_recount_waits_for_new_data_and_does_not_spin() -> None:
             list_resource_slice=None, list_resource_claim_for_all_namespaces=None, list_device_class=None
         )
         view = ClusterView(min_interval=0.1, api=api, start=False)
+        ran = watch_recounts(view)
         view.slices.objects = {"bad": {"metadata": {"name": "bad"}, "spec": {}}}  # no driver
         calls: list[int] = []
         derived = view.derived
@@ -113,12 +137,12 @@ def test_a_failing_recount_waits_for_new_data_and_does_not_spin() -> None:
             cache.ready.set()
         view.viewed()
         view._changed()
-        await asyncio.sleep(0.5)
+        await settled(view, ran)
         assert len(calls) == 1, "no retry without new data"
         view._changed()
         view._changed()
-        await asyncio.sleep(0.5)
-        assert len(calls) <= 3, f"{len(calls)} recounts in 0.5 s"
+        await settled(view, ran)
+        assert len(calls) == 2, f"{len(calls)} recounts for one new version"
         view.stop()
 
     asyncio.run(run())

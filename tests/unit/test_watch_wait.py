@@ -21,9 +21,12 @@ def test_wait_change_wakes_on_the_objects_event_only() -> None:
         cache.objects["ns/a"] = {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "5"}}
         t0 = time.monotonic()
         waiter = asyncio.ensure_future(cache.wait_change("ns/a", "5", 5.0))
-        await asyncio.sleep(0.05)
+        for _ in range(5):  # the waiter runs up to its wait
+            await asyncio.sleep(0)
+        assert "ns/a" in cache._waiters
         cache._wake("ns/b")  # another claim: still waiting
-        await asyncio.sleep(0.05)
+        for _ in range(5):  # a woken waiter would finish within these turns of the loop
+            await asyncio.sleep(0)
         assert not waiter.done()
         cache._wake("ns/a")
         await asyncio.wait_for(waiter, 1.0)
