@@ -462,3 +462,44 @@ def test_the_notebook_waits_for_a_gateway_that_starts_late_and_gives_up_in_time(
     assert "is still starting; waiting for it (at most 10 s)" in caplog.text
     assert "the kernel host answers (after" in caplog.text
     assert "did not answer within 0 s: kernels cannot start until it does" in caplog.text
+
+
+def test_the_start_is_done_once_the_notebook_server_listens_and_says_so_when_it_never_does() -> None:
+    """JupyterHub's own check after a start backs off up to 5 s between tries: the spawner looks
+    for the server's port itself, every `notebook_listen_interval`, and is done when it listens."""
+
+    async def run() -> tuple[float, float, str]:
+        probe = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+        port = probe.sockets[0].getsockname()[1]
+        probe.close()
+        await probe.wait_closed()
+        listening = asyncio.Event()
+        late: list[asyncio.Server] = []
+
+        async def listen_later() -> None:
+            await listening.wait()
+            late.append(await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", port))
+
+        task = asyncio.create_task(listen_later())
+        wait = asyncio.create_task(lifecycle.notebook_listening(f"http://127.0.0.1:{port}", 10, 0.05))
+        for _ in range(20):  # several looks find nothing
+            await asyncio.sleep(0)
+        assert not wait.done()
+        listening.set()
+        await task
+        t0 = asyncio.get_running_loop().time()
+        await wait
+        took = asyncio.get_running_loop().time() - t0
+        late[0].close()
+        await late[0].wait_closed()
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(Refused) as e:
+            await lifecycle.notebook_listening(f"http://127.0.0.1:{port}", 0.3, 0.05)
+        return took, asyncio.get_running_loop().time() - t0, e.value.message
+
+    took, gave_up, message = asyncio.run(run())
+    assert took < 1.0, took
+    assert 0.25 < gave_up < 2.0, gave_up
+    assert message.startswith(
+        "Your notebook server's pod started, but the server in it did not answer within 0.3 s"
+    )

@@ -18,6 +18,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
+from urllib.parse import urlsplit
+
+from jupyterhub.utils import can_connect, exponential_backoff
 
 from gpusessions.core import claims as C
 from gpusessions.core.availability import size_figures, size_problems
@@ -167,6 +170,31 @@ async def with_kernel_host(
                 f"The cluster refused the GPU request: {e.message}", reason="gpu-api-error"
             ) from None
     return result
+
+
+async def notebook_listening(url: str, timeout: float, interval: float) -> None:
+    """Until the notebook server at `url` (KubeSpawner's start result) accepts a connection,
+    looked at every `interval` seconds (jupyterhub's backoff, capped there) for `timeout`
+    seconds. `Refused` when it does not listen in time: its pod runs but the server inside does
+    not answer."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        await exponential_backoff(
+            lambda: can_connect(host, port),
+            "",
+            start_wait=interval,
+            scale_factor=1,
+            max_wait=interval,
+            timeout=timeout,
+        )
+    except TimeoutError:
+        raise Refused(
+            f"Your notebook server's pod started, but the server in it did not answer within "
+            f"{timeout:g} s. Its log (the admin page, or kubectl logs) says why; start again.",
+            reason="notebook-not-listening",
+        ) from None
 
 
 async def delete_user_jobs(config: Any, namespace: str, user: str, log: Log) -> None:

@@ -337,14 +337,18 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
 
     async def _with_kernel_host(self, started: Any) -> Any:
         """KubeSpawner's start (the notebook pod running), then the holder's kernel gateway
-        that was still starting when the notebook pod was made (`_prepare_gpu`)."""
+        that was still starting when the notebook pod was made (`_prepare_gpu`), then the
+        notebook server listening (`notebook_listen_interval`)."""
 
         def host() -> asyncio.Future[str | None] | None:
             host, self._kernel_host = self._kernel_host, None
             return host
 
         try:
-            return await lifecycle.with_kernel_host(started, host)
+            url = await lifecycle.with_kernel_host(started, host)
+            if self.notebook_listen_interval > 0:
+                await lifecycle.notebook_listening(url, self.http_timeout, self.notebook_listen_interval)
+            return url
         except Refused as e:
             raise SpawnRefused(e.message, reason=e.reason) from None
 

@@ -274,6 +274,16 @@ class GPUSessionSettings(HasTraits):
         and the user told what was waited for; this does not count as a hub failure.""",
     )
 
+    notebook_listen_interval = Float(
+        0.1,
+        config=True,
+        help="""Seconds between two looks (a TCP connect) for the started notebook server's port,
+        before the start is reported done. JupyterHub's own check that follows then succeeds at
+        its first try instead of backing off (up to 5 s between its tries). 0: no looks, only
+        JupyterHub's check. A server that does not listen within `http_timeout` fails the start
+        with a message that says so.""",
+    )
+
     @validate("gpu_count")
     def _check_count(self, proposal: Any) -> int:
         value = proposal["value"]
