@@ -112,7 +112,11 @@ def _agents_main(n: int, port: int, low: float, high: float, ready: Any, stop: A
         for i in range(n):
             answer = body(i, now)
             s = await loop.create_server(
-                lambda a=answer: _Agent(a, low, high, served), address(i), port, backlog=64, reuse_address=True
+                lambda a=answer: _Agent(a, low, high, served),
+                address(i),
+                port,
+                backlog=64,
+                reuse_address=True,
             )
             servers.append(s)
         ready.set()
@@ -196,7 +200,12 @@ async def _cycles(n: int, port: int, concurrency: int, cycles: int) -> dict[str,
     now = time.time()
     claims, holders, users = world(n, now)
     reader = AgentReader(timeout=2.0, concurrency=concurrency, retry_timeout=10.0, port=port)
-    culler = Culler(FakeCluster(claims, holders), FakeHub(users), Policy(Rules(gpu_idle_limit=0, gpu_idle_limit_contended=0)), agents=reader)  # type: ignore[arg-type]
+    culler = Culler(
+        FakeCluster(claims, holders),
+        FakeHub(users),
+        Policy(Rules(gpu_idle_limit=0, gpu_idle_limit_contended=0)),
+        agents=reader,
+    )  # type: ignore[arg-type]
     walls, cpus, unread = [], [], []
     for _ in range(cycles):
         c0, w0 = time.process_time(), time.monotonic()
@@ -279,7 +288,9 @@ def main() -> int:
         agent_side = out.get(timeout=60)
         agents.join(60)
     print(f"before (tornado's shared client, 10 connections, all at once): {before}")
-    print("| concurrency | cycle | limit (n x mean latency / concurrency) | cycle / limit | culler CPU | CPU / cycle | CPU per read | not read |")
+    print(
+        "| concurrency | cycle | limit (n x mean latency / concurrency) | cycle / limit | culler CPU | CPU / cycle | CPU per read | not read |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in runs:
         print(

@@ -207,7 +207,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             else None
         )
         return GPUSession(
-            SessionAPI(timeout=self.k8s_api_request_timeout),
+            SessionAPI.of(self),
             n,
             request or C.GPURequest(),
             self._holder_settings(),
@@ -434,7 +434,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
     def _reconcile(self, running: bool) -> Reconcile:
         """The poll's work on this server's session, from its saved state and settings."""
         n = self._names()
-        api = SessionAPI(timeout=self.k8s_api_request_timeout)
+        api = SessionAPI.of(self)
         kernels = self._gpu_state.get("kernels") == "1"
         user, server = self.user.name, self.name or ""
 
