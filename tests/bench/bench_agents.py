@@ -39,7 +39,6 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest  # noqa: E402
 from gpusessions.core.timestamps import rfc3339 as iso  # noqa: E402
 from gpusessions.culler.agents import AgentReader  # noqa: E402
 from gpusessions.culler.cycle import Culler  # noqa: E402
-from gpusessions.culler.model import Session  # noqa: E402
 from gpusessions.culler.policy import Policy, Rules  # noqa: E402
 
 NET = "127.240"  # above every block the local clusters use (127.1 ... 127.196)
@@ -120,8 +119,7 @@ def _agents_main(n: int, port: int, low: float, high: float, ready: Any, stop: A
             )
             servers.append(s)
         ready.set()
-        while not stop.is_set():
-            await asyncio.sleep(0.2)  # polls the stop flag; not a synchronization of the benchmark
+        await asyncio.to_thread(stop.wait)
         out.put({"served": served[0], "cpu_s": time.process_time()})
         for s in servers:
             s.close()
@@ -289,20 +287,22 @@ def main() -> int:
         agents.join(60)
     print(f"before (tornado's shared client, 10 connections, all at once): {before}")
     print(
-        "| concurrency | cycle | limit (n x mean latency / concurrency) | cycle / limit | culler CPU | CPU / cycle | CPU per read | not read |"
+        "| concurrency | cycle | limit (n x mean latency / concurrency) | cycle / limit | culler CPU "
+        "| CPU / cycle | CPU per read | not read |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for r in runs:
         print(
-            f"| {r['concurrency']} | {' / '.join(f'{w} s' for w in r['cycle_s'])} | {r['physical_limit_s']} s "
+            f"| {r['concurrency']} | {' / '.join(f'{w} s' for w in r['cycle_s'])} "
+            f"| {r['physical_limit_s']} s "
             f"| {r['cycle_vs_limit']} | {' / '.join(f'{c} s' for c in r['culler_cpu_s'])} "
             f"| {r['culler_cpu_vs_cycle']} | {r['culler_cpu_ms_per_read']} ms | {r['unread']} |"
         )
     print(f"agents' process: {agent_side}; cores: {os.cpu_count()}")
     if args.json:
         doc = {
-            "command": f"tests/bench/bench_agents.py --sessions {args.sessions} --concurrency {args.concurrency} "
-            f"--latency {args.latency} --cycles {args.cycles}",
+            "command": f"tests/bench/bench_agents.py --sessions {args.sessions} "
+            f"--concurrency {args.concurrency} --latency {args.latency} --cycles {args.cycles}",
             "date": time.strftime("%Y-%m-%d"),
             "figures": {
                 "sessions": args.sessions,

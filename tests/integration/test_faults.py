@@ -5,13 +5,19 @@ Each test leaves the cluster whole again (localcluster.faults starts what it sto
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
+from kubernetes_asyncio import config as kube_config
+from kubespawner.clients import shared_client
 
+from gpusessions.kube import watch as kube_watch
 from localcluster import cluster as lc
 from localcluster import faults, procs, supervise, waits
 from localcluster.hubproc import Hub
@@ -271,3 +277,47 @@ def test_a_node_that_disappears_has_its_sessions_cleaned(
         spawn(hub, "nia", ONE_G)
     finally:
         hub.stop()
+
+
+def test_watches_resume_from_their_last_version_and_ride_out_an_apiserver_restart(
+    api: KubeAPI, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared watch (kube/watch.py's Cache, the hub's and the culler's) on the real
+    apiserver: each watch the apiserver ends (after 1 s here) is resumed from the last
+    resourceVersion, not listed again; across an apiserver restart it resumes (or, on 410
+    Gone, lists once, NotOlderThan that version) and sees what changed."""
+    monkeypatch.setattr(kube_watch, "WATCH_SECONDS", 1)
+
+    def configmap(name: str) -> dict:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "b"}}
+
+    async def until(cond: Callable[[], object], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():  # a witness: the cache's own state, looked at ten times a second
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.1)
+
+    async def main() -> dict[str, int]:
+        await kube_config.load_kube_config(config_file=str(ClusterPaths.default().kubeconfig))
+        core = shared_client("CoreV1Api")
+        cache = kube_watch.Cache(
+            "configmaps", partial(core.list_namespaced_config_map, namespace), lambda: None
+        )
+        task = asyncio.ensure_future(cache.run())
+        try:
+            await asyncio.wait_for(cache.ready.wait(), 30)
+            await asyncio.to_thread(api.create, configmap("before"), namespace)
+            await until(lambda: f"{namespace}/before" in cache.objects, 30, "the watch to see 'before'")
+            await until(lambda: cache.watches >= 4, 30, "three watches ended by the apiserver")
+            resumed = {"lists": cache.lists, "watches": cache.watches}
+            await asyncio.to_thread(faults.restart, "kube-apiserver")
+            await asyncio.to_thread(api.create, configmap("after"), namespace)
+            await until(lambda: f"{namespace}/after" in cache.objects, 60, "the watch to see 'after'")
+            await until(lambda: cache.error is None, 30, "the watch to be healthy again")
+            return {**resumed, "lists_after_restart": cache.lists}
+        finally:
+            task.cancel()
+
+    seen = asyncio.run(main())
+    assert seen["lists"] == 1, f"a watch the apiserver ended was listed again: {seen}"
+    assert seen["lists_after_restart"] <= 2, f"more than one list for one restart: {seen}"
