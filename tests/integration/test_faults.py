@@ -5,13 +5,19 @@ Each test leaves the cluster whole again (localcluster.faults starts what it sto
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
+from kubernetes_asyncio import config as kube_config
+from kubespawner.clients import shared_client
 
+from gpusessions.kube import watch as kube_watch
 from localcluster import cluster as lc
 from localcluster import faults, procs, supervise, waits
 from localcluster.hubproc import Hub
@@ -20,7 +26,7 @@ from localcluster.paths import ClusterPaths
 from localcluster.testing import exec_pod
 
 from .cullertools import culler_hub
-from .hubtools import gpu_hub, gpu_objects, progress_messages, spawn, start, stop, wait_ready
+from .hubtools import gpu_hub, gpu_objects, progress_messages, server_model, spawn, start, stop, wait_ready
 
 pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
@@ -269,5 +275,140 @@ def test_a_node_that_disappears_has_its_sessions_cleaned(
                 "nia's server to be stopped",
             )
         spawn(hub, "nia", ONE_G)
+    finally:
+        hub.stop()
+
+
+def test_watches_resume_from_their_last_version_and_ride_out_an_apiserver_restart(
+    api: KubeAPI, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared watch (kube/watch.py's Cache, the hub's and the culler's) on the real
+    apiserver: each watch the apiserver ends (after 1 s here) is resumed from the last
+    resourceVersion, not listed again; across an apiserver restart it resumes (or, on 410
+    Gone, lists once, NotOlderThan that version) and sees what changed."""
+    monkeypatch.setattr(kube_watch, "WATCH_SECONDS", 1)
+
+    def configmap(name: str) -> dict:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "b"}}
+
+    async def until(cond: Callable[[], object], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():  # a witness: the cache's own state, looked at ten times a second
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.1)
+
+    async def main() -> dict[str, int]:
+        await kube_config.load_kube_config(config_file=str(ClusterPaths.default().kubeconfig))
+        core = shared_client("CoreV1Api")
+        cache = kube_watch.Cache(
+            "configmaps", partial(core.list_namespaced_config_map, namespace), lambda: None
+        )
+        task = asyncio.ensure_future(cache.run())
+        try:
+            await asyncio.wait_for(cache.ready.wait(), 30)
+            await asyncio.to_thread(api.create, configmap("before"), namespace)
+            await until(lambda: f"{namespace}/before" in cache.objects, 30, "the watch to see 'before'")
+            await until(lambda: cache.watches >= 4, 30, "three watches ended by the apiserver")
+            resumed = {"lists": cache.lists, "watches": cache.watches}
+            await asyncio.to_thread(faults.restart, "kube-apiserver")
+            await asyncio.to_thread(api.create, configmap("after"), namespace)
+            await until(lambda: f"{namespace}/after" in cache.objects, 60, "the watch to see 'after'")
+            await until(lambda: cache.error is None, 30, "the watch to be healthy again")
+            return {**resumed, "lists_after_restart": cache.lists}
+        finally:
+            task.cancel()
+
+    seen = asyncio.run(main())
+    assert seen["lists"] == 1, f"a watch the apiserver ended was listed again: {seen}"
+    assert seen["lists_after_restart"] <= 2, f"more than one list for one restart: {seen}"
+
+
+# Notebook and holder pods without a process each (the runtime answers their HTTP), so a few
+# dozen spawns cost the hub's work and the cluster's, not a JupyterLab per user.
+CHEAP_PODS = """
+c.KubeSpawner.image = "localcluster/fake-singleuser:1"
+c.GPUSessionSpawner.holder_image = "localcluster/fake-holder:1"
+c.GPUSessionSpawner.persist_kernels = False
+c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 300}  # the POST answers when ready or failed
+c.KubeSpawner.start_timeout = 120
+c.GPUSessionSpawner.gpu_allocation_timeout = 90
+"""
+# Every session idle (nobody uses the fake notebooks): warned after 4 s, culled after 6 s.
+FAST_CULL = ("--idle-limit", "6", "--warn-before", "2", "--gpu-idle-limit", "0")
+FAULT_SPAWNS = int(os.environ.get("GPUSESSIONS_FAULT_SPAWNS", "12"))
+
+
+def _one_claim_per_server(api: KubeAPI, namespace: str) -> list[dict]:
+    claims = gpu_objects(api, namespace)["claims"]
+    owners = [
+        ((c["metadata"].get("annotations") or {}).get("gpusessions.io/user"), c["metadata"]["name"])
+        for c in claims
+    ]
+    users = [u for u, _ in owners]
+    assert len(users) == len(set(users)), f"two claims for one server: {sorted(owners)}"
+    return claims
+
+
+def test_apiserver_restart_during_concurrent_spawns_and_culls_leaks_nothing(
+    api: KubeAPI, namespace: str, tmp_path: Path
+) -> None:
+    """FAULT_SPAWNS users spawn at once (GPUSESSIONS_FAULT_SPAWNS: 12 in make test, 50 measured
+    in docs/devcluster.md) on a hub whose culler culls every session 6 s after its start, and
+    the apiserver restarts in the middle: three sessions ready before are being warned and
+    culled then, the others are being created and allocated (9 MIG 1g.10gb slices: most wait
+    for one a cull frees). Every spawn ends ready or refused in words; in the end the culler
+    has released everything, no claim, holder or notebook pod is left, and no server ever had
+    two claims."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    hub = culler_hub(namespace, tmp_path / "hub", args=FAST_CULL, config=CHEAP_PODS)
+    t0 = time.monotonic()
+    try:
+        first = [f"early{i}" for i in range(3)]
+        for user in first:
+            spawn(hub, user, ONE_G)
+        users = [f"burst{i:02d}" for i in range(FAULT_SPAWNS)]
+        for user in users:
+            hub.api("POST", f"/users/{user}")
+
+        def one(user: str) -> tuple[str, int, object]:
+            code, body = hub.api("POST", f"/users/{user}/server", {"user_options": ONE_G}, timeout=300)
+            return user, code, body
+
+        with ThreadPoolExecutor(len(users)) as pool:
+            spawns = [pool.submit(one, u) for u in users]
+            faults.restart("kube-apiserver")
+            restarted = time.monotonic() - t0
+            results = [f.result(timeout=360) for f in spawns]
+            _one_claim_per_server(api, namespace)
+        for user, code, body in results:
+            if code not in (201, 202):
+                message = body.get("message", "") if isinstance(body, dict) else str(body)
+                assert message and "Traceback" not in message, (user, code, body)
+        ok = [u for u, code, _ in results if code in (201, 202)]
+        assert ok, f"no spawn came through the restart: {results}"
+
+        def all_released() -> bool:
+            o = gpu_objects(api, namespace)
+            _one_claim_per_server(api, namespace)
+            running = [
+                u
+                for u in first + users
+                if (m := server_model(hub, u)) and (m.get("ready") or m.get("pending"))
+            ]
+            return not (o["claims"] or o["holders"] or o["notebooks"] or running)
+
+        waits.wait_for(
+            all_released, 240, "the culler to release every session", lambda: hub.log_text()[-4000:]
+        )
+        log = hub.log_text()
+        culled = log.count(f"cull {namespace}/gpu-")
+        assert culled >= len(first) + len(ok), f"{culled} culls for {len(first) + len(ok)} sessions"
+        orphans = api.list("Pod", namespace)["items"]
+        assert orphans == [], [p["metadata"]["name"] for p in orphans]
+        print(
+            f"\n{FAULT_SPAWNS} concurrent spawns: {len(ok)} ready, {len(users) - len(ok)} refused in words; "
+            f"apiserver restarted at {restarted:.0f} s; all released at {time.monotonic() - t0:.0f} s"
+        )
     finally:
         hub.stop()

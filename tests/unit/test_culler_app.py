@@ -28,7 +28,11 @@ def test_defaults_are_the_policy_rules() -> None:
     assert (app.interval, app.dry_run, app.namespace, app.policy.per_profile) == (60.0, False, "", {})
     for f in dataclasses.fields(Rules):
         assert getattr(CullerApp, f.name).default_value == f.default
-        assert CullerApp.aliases[f.name.replace("_", "-")] == f"CullerApp.{f.name}"
+        flag = f.name.replace("_", "-")
+        if isinstance(f.default, bool):  # a flag that turns it on
+            assert CullerApp.flags[flag][0] == {"CullerApp": {f.name: True}}
+        else:
+            assert CullerApp.aliases[flag] == f"CullerApp.{f.name}"
 
 
 def test_every_flag_spelling() -> None:
@@ -45,7 +49,12 @@ def test_every_flag_spelling() -> None:
         '--per-profile={"mig-1g-10gb": {"idle_limit": 1800}}',
         "--namespace=jhub",
         "--dry-run",
+        "--cull-unread-on-hub-idle",
+        "--agent-concurrency=7",
+        "--agent-timeout=1.5",
+        "--agent-retry-timeout=0",
     )
+    assert (app.agent_concurrency, app.agent_timeout, app.agent_retry_timeout) == (7, 1.5, 0)
     assert app.interval == 5.0 and app.dry_run and app.namespace == "jhub"
     assert app.policy.rules == Rules(
         stopped_keep=30,
@@ -55,6 +64,7 @@ def test_every_flag_spelling() -> None:
         max_age=86400,
         warn_before=60,
         orphan_grace=7,
+        cull_unread_on_hub_idle=True,
     )
     assert app.policy.dry_run
     assert app.policy.for_profile("mig-1g-10gb").idle_limit == 1800
@@ -87,6 +97,8 @@ def test_config_file_and_the_command_line_wins(tmp_path: Path) -> None:
         (["--per-profile=[1]"], "bad policy settings: --per-profile: not a JSON object"),
         (["--per-profile={nope"], "bad policy settings: --per-profile: not JSON"),
         (["--idle-limit=soon"], "idle"),
+        (['--per-profile={"x": {"cull_unread_on_hub_idle": 1}}'], "is true or false, not 1"),
+        (["--agent-concurrency=0"], "agent_concurrency must be at least 1"),
     ],
 )
 def test_bad_settings_stop_with_a_message(argv: list[str], message: str) -> None:
@@ -105,6 +117,13 @@ def test_the_charts_culler_command_parses(tmp_path: Path) -> None:
     app = _app(*command[3:])
     assert app.namespace == "team-ns" and app.dry_run
     assert app.policy.rules == Rules()  # the chart's defaults are the culler's
+    defaults = _app()
+    for name in ("agent_concurrency", "agent_timeout", "agent_retry_timeout"):
+        assert getattr(app, name) == getattr(defaults, name), name
+    on = template(tmp_path, {"culler": {"cullUnreadOnHubIdle": True, "agentConcurrency": 500}})
+    (dep,) = [o for o in on if o["kind"] == "Deployment" and o["metadata"]["name"] == "gpusessions-culler"]
+    app = _app(*dep["spec"]["template"]["spec"]["containers"][0]["command"][3:])
+    assert app.policy.rules.cull_unread_on_hub_idle and app.agent_concurrency == 500
 
 
 def test_hubconfig_args_parse() -> None:

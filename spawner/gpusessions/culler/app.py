@@ -19,9 +19,10 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
-from traitlets import Bool, Dict, Float, TraitError, Unicode
+from traitlets import Bool, Dict, Float, Integer, TraitError, Unicode, validate
 from traitlets.config import Application
 
+from gpusessions.culler.agents import AgentReader
 from gpusessions.culler.cycle import Culler, run_forever
 from gpusessions.culler.history import History
 from gpusessions.culler.hub import HubAPI
@@ -59,6 +60,13 @@ class JSONDict(Dict):
 
 class LastFloat(Float):
     """A flag given twice takes its last value, as argparse did (the tests' hubs add overrides)."""
+
+    def from_string_list(self, s_list: list[str]) -> Any:
+        return self.from_string(s_list[-1])
+
+
+class LastInt(Integer):
+    """A flag given twice takes its last value, as argparse did."""
 
     def from_string_list(self, s_list: list[str]) -> Any:
         return self.from_string(s_list[-1])
@@ -103,6 +111,29 @@ class CullerApp(Application):
     max_age = _rule("max_age", "end any session this old (0: off)")
     warn_before = _rule("warn_before", "warn this long before a cull")
     orphan_grace = _rule("orphan_grace", "release orphan claims this old")
+    cull_unread_on_hub_idle = Bool(
+        Rules.cull_unread_on_hub_idle,
+        help="""a running session whose GPU could not be read this cycle (its agent did not answer,
+        also when asked again within the cycle; NVML failed) may be culled by idle_limit on the
+        notebook's (the hub's) activity alone. Off (the default): such a session is never culled
+        by a rule that needs its GPU idle (idle_limit, gpu_idle_limit, gpu_idle_limit_contended);
+        max_age still ends it""",
+    ).tag(config=True)
+    agent_concurrency = LastInt(
+        100,
+        help="""agent reads in flight at once (every holder's agent is read in every cycle); the
+        culler's HTTP client to the agents has as many connections, so no read waits in a queue
+        while its timeout runs""",
+    ).tag(config=True)
+    agent_timeout = LastFloat(2.0, help="seconds one agent read may take (to connect, and to answer)").tag(
+        config=True
+    )
+    agent_retry_timeout = LastFloat(
+        10.0,
+        help="""seconds a failed agent read (no connection, a timeout, a 5xx or 429 answer) is tried
+        again within the cycle, with exponential backoff (0: not tried again); a GPU still not read
+        after that is never counted as idle""",
+    ).tag(config=True)
     per_profile = JSONDict(
         help='per profile slug, any of the rules above: {"<profile slug>": {"idle_limit": 600}}'
     ).tag(config=True)
@@ -135,6 +166,9 @@ class CullerApp(Application):
         "max-age": "CullerApp.max_age",
         "warn-before": "CullerApp.warn_before",
         "orphan-grace": "CullerApp.orphan_grace",
+        "agent-concurrency": "CullerApp.agent_concurrency",
+        "agent-timeout": "CullerApp.agent_timeout",
+        "agent-retry-timeout": "CullerApp.agent_retry_timeout",
         "per-profile": "CullerApp.per_profile",
         "namespace": "CullerApp.namespace",
         "history-file": "CullerApp.history_file",
@@ -143,9 +177,25 @@ class CullerApp(Application):
     flags = {
         "dry-run": ({"CullerApp": {"dry_run": True}}, "decide and log, change nothing"),
         "jobs": ({"CullerApp": {"jobs": True}}, "also list the hub's notebook jobs"),
+        "cull-unread-on-hub-idle": (
+            {"CullerApp": {"cull_unread_on_hub_idle": True}},
+            "a session whose GPU could not be read may be culled on the hub's activity alone",
+        ),
     }
 
     policy: Policy
+
+    @validate("agent_concurrency")
+    def _positive_concurrency(self, proposal: Any) -> int:
+        if proposal["value"] < 1:
+            raise TraitError(f"agent_concurrency must be at least 1, not {proposal['value']}")
+        return int(proposal["value"])
+
+    @validate("agent_timeout")
+    def _positive_timeout(self, proposal: Any) -> float:
+        if proposal["value"] <= 0:
+            raise TraitError(f"agent_timeout must be more than 0 seconds, not {proposal['value']}")
+        return float(proposal["value"])
 
     def rules(self) -> Rules:
         return Rules(**{name: getattr(self, name) for name in Rules.__dataclass_fields__})
@@ -182,11 +232,17 @@ class CullerApp(Application):
             namespace=None if self.namespace in ("", "*") else self.namespace, jobs=self.jobs
         )
         await cluster.ready()
+        agents = AgentReader(
+            token=os.environ.get("GPUSESSIONS_AGENT_TOKEN"),
+            timeout=self.agent_timeout,
+            concurrency=self.agent_concurrency,
+            retry_timeout=self.agent_retry_timeout,
+        )
         culler = Culler(
             cluster,
             HubAPI(api_url, token),
             self.policy,
-            os.environ.get("GPUSESSIONS_AGENT_TOKEN"),
+            agents=agents,
             history=History(self.history_file or None),
         )
         _AT_EXIT.append(lambda: culler.history.save(time.time(), force=True))

@@ -7,17 +7,14 @@ metrics report; the web side (web.py) and the exporter (metrics.py) only read it
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
-
-from gpusessions.core.claims import AGENT_PORT
 from gpusessions.core.timestamps import rfc3339
+from gpusessions.culler.agents import AgentReader
 from gpusessions.culler.contention import mark_contention
 from gpusessions.culler.history import History, session_equivalent
 from gpusessions.culler.hub import HubAPI
@@ -37,6 +34,7 @@ from gpusessions.culler.model import (
 from gpusessions.culler.policy import (
     CLEAR_STOPPED,
     CULL,
+    GPU_RULES,
     MARK_STOPPED,
     NODE_GONE,
     NONE,
@@ -59,8 +57,8 @@ class Culler:
     cluster: ClusterSide
     hub: HubAPI
     policy: Policy
-    agent_token: str | None = None
-    agent_timeout: float = 2.0
+    agents: AgentReader = field(default_factory=AgentReader)  # reads the holders' agents
+    unread: int = 0  # sessions of the last cycle whose GPU could not be read
     max_actions: int = 16  # actions (warnings, culls, releases) of one cycle running at once
     sessions: list[Session] = field(default_factory=list)
     decisions: dict[str, Decision] = field(default_factory=dict)
@@ -78,27 +76,15 @@ class Culler:
     ready_seen: dict[tuple[str, float | None], float] = field(default_factory=dict)
 
     async def _agent(self, s: Session, fresh: bool = False) -> None:
-        if not s.holder_ip:
-            s.gpu_error = "no holder pod"
-            return
-        headers = {"Authorization": f"Bearer {self.agent_token}"} if self.agent_token else {}
-        req = HTTPRequest(
-            f"http://{s.holder_ip}:{AGENT_PORT}/api/status" + ("?fresh=1" if fresh else ""),
-            headers=headers,
-            request_timeout=self.agent_timeout,
-            connect_timeout=self.agent_timeout,
-        )
-        try:
-            resp = await AsyncHTTPClient().fetch(req)
-            body = json.loads(resp.body)
-        except Exception as e:
-            s.gpu_error = f"agent unreachable: {e}"
-            return
-        s.gpu = body.get("devices") or []
-        s.kernels = body.get("kernels")
-        s.kernels_error = body.get("kernels_error")
-        if not (body.get("nvml") or {}).get("ok"):
-            s.gpu_error = (body.get("nvml") or {}).get("error") or "NVML not available"
+        """Read the session's agent (agents.py: bounded, retried within the cycle)."""
+        await self.agents.read(s, fresh)
+
+    async def _read_agents(self, sessions: list[Session]) -> None:
+        """Every agent, every cycle: at most `agents.concurrency` reads at once."""
+        await asyncio.gather(*(self._agent(s) for s in sessions))
+        self.unread = sum(1 for s in sessions if not s.gpu_read)
+        if self.unread:
+            log.info("%d of %d GPUs could not be read this cycle", self.unread, len(sessions))
 
     def _note_ready(self, sessions: list[Session], now: float) -> None:
         """When each server this culler saw spawning was first seen ready. The hub says when a
@@ -145,7 +131,7 @@ class Culler:
         if nodes is not None:
             for s in sessions:
                 s.node_gone = s.node is not None and s.node not in nodes
-        await asyncio.gather(*(self._agent(s) for s in sessions if not s.node_gone))
+        await self._read_agents([s for s in sessions if not s.node_gone])
         now = time.time() if now is None else now
         if self.last_cycle is not None:
             # GPU-seconds held while idle since the last cycle (bounded, in case cycles stalled).
@@ -214,6 +200,10 @@ class Culler:
                 return
             if await self._busy_again(s):
                 self._log("cull-called-off", who, "its GPU is busy again")
+                return
+            if d.rule in GPU_RULES and not s.gpu_read:
+                # The rule needs the GPU idle, and the last look could not read it: no guess.
+                self._log("cull-called-off", who, f"its GPU could not be read ({s.gpu_unread_why})")
                 return
         if d.action == CULL and not self.policy.dry_run:
             # The hub stops the server unless the user's Keep reached it first (hub/cull.py): a
@@ -295,7 +285,9 @@ class Culler:
                     "gpu_idle_seconds": 0.0
                     if s.gpu_busy_now
                     else (
-                        None if (last_busy or s.created) is None else now - (last_busy or s.created or now)
+                        None
+                        if not s.gpu_read or (last_busy or s.created) is None
+                        else now - (last_busy or s.created or now)
                     ),
                     "queue": s.queue or None,
                     "keep_until": rfc3339(s.keep_until),

@@ -1,5 +1,6 @@
 """The culler's Kubernetes side: watches of our claims and holders (and of the nodes and
-ResourceSlices the admin page's fleet map reads), and deletes and patches."""
+ResourceSlices the admin page's fleet map reads; kube/watch.py's caches, as the hub's), and
+deletes and patches (kube/api.py's calls, as the hub's)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import time
 from functools import partial
 from typing import Any
 
-from kubernetes_asyncio.client import ApiException
 from kubespawner.clients import load_config, shared_client
 
 from gpusessions.core import labels as L
 from gpusessions.culler.jobs import SELECTOR as JOBS
 from gpusessions.culler.jobtime import POD_SELECTOR, JobTimes
+from gpusessions.kube.jobs import JobsAPI
 from gpusessions.kube.watch import Cache
 
 Obj = dict[str, Any]
@@ -26,13 +27,20 @@ class ClusterSide:
     Scoped to one namespace by default: sessions of another hub on the same cluster are not
     this culler's, and would otherwise look like orphans (no such user in this hub)."""
 
-    def __init__(self, timeout: float = 10.0, namespace: str | None = None, jobs: bool = False):
+    def __init__(
+        self,
+        timeout: float = 10.0,
+        namespace: str | None = None,
+        jobs: bool = False,
+        retry_timeout: float = 30.0,
+    ):
         load_config()
         self.core = shared_client("CoreV1Api")
         self.resource = shared_client("ResourceV1Api")
-        self.timeout = timeout
+        # Deletes and patches go through the hub's one client module (kube/api.py): its retries
+        # (exponential_backoff while the API is away), "not found" as done, errors in words.
+        self.api = JobsAPI(timeout=timeout, retry_timeout=retry_timeout)
         self.namespace = namespace
-        self.calls = 0
         self.version = 0
         if namespace:
             list_claims = partial(
@@ -93,43 +101,20 @@ class ClusterSide:
         except TimeoutError:
             return False
 
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> bool:
-        self.calls += 1
-        try:
-            await asyncio.wait_for(fn(*args, **kwargs), self.timeout)
-            return True
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise
-
     async def release(self, namespace: str, claim: str, holder: str | None) -> None:
         if holder:
-            await self._call(self.core.delete_namespaced_pod, holder, namespace, grace_period_seconds=0)
-        await self._call(self.resource.delete_namespaced_resource_claim, claim, namespace)
+            await self.api.delete_pod(namespace, holder, grace_seconds=0)
+        await self.api.delete_claim(namespace, claim)
 
     async def delete_holder(self, namespace: str, name: str) -> None:
-        await self._call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0)
+        await self.api.delete_pod(namespace, name, grace_seconds=0)
 
     async def annotate(self, namespace: str, claim: str, values: dict[str, str | None]) -> None:
-        body = {"metadata": {"annotations": values}}
-        await self._call(
-            self.resource.patch_namespaced_resource_claim,
-            claim,
-            namespace,
-            body,
-            _content_type="application/merge-patch+json",
-        )
+        await self.api.annotate_claim(namespace, claim, values)
 
     async def annotate_job(self, namespace: str, name: str, values: dict[str, str | None]) -> None:
         """Annotate a notebook job's Job (the run time of its pods: culler/jobtime.py)."""
-        await self._call(
-            self.batch.patch_namespaced_job,
-            name,
-            namespace,
-            {"metadata": {"annotations": values}},
-            _content_type="application/merge-patch+json",
-        )
+        await self.api.annotate_job(namespace, name, values)
 
     def stop(self) -> None:
         for t in self._tasks:

@@ -89,6 +89,22 @@ class Session:
         """Whether the agent answered with device readings at all."""
         return bool(self.gpu) and not self.gpu_error
 
+    @property
+    def gpu_read(self) -> bool:
+        """Whether this cycle read the GPU: the agent answered, NVML works, and every device has
+        a reading (no device error). Only then may a rule count the GPU as idle."""
+        return self.gpu_known and not any(d.get("error") for d in self.gpu)
+
+    @property
+    def gpu_unread_why(self) -> str:
+        """Why the GPU was not read, in words ("" when it was)."""
+        if self.gpu_read:
+            return ""
+        if self.gpu_error:
+            return self.gpu_error
+        errors = [str(d["error"]) for d in self.gpu if d.get("error")]
+        return "; ".join(errors) if errors else "the agent reported no device"
+
 
 def session_from_claim(claim: Obj) -> Session:
     md = claim["metadata"]

@@ -16,6 +16,12 @@
   user waits for a GPU of the same request and no kept GPU of a stopped server
   serves that waiter (see contention.py: one idle session per waiter, the one
   idle longest); its warning stands at least min(warn_before, the limit).
+- A session whose GPU could not be read this cycle (its agent did not answer, even when asked
+  again within the cycle; NVML failed; a device had no reading) is never culled by a rule that
+  needs the GPU idle: not by `idle_limit` (the GPU half of "both idle" is unknown), nor by
+  `gpu_idle_limit` or `gpu_idle_limit_contended`. Only with `cull_unread_on_hub_idle` (off by
+  default) does `idle_limit` apply to it on the notebook's (the hub's) activity alone. A
+  warning such a rule gave is withdrawn; the next reading that finds the GPU idle warns again.
 - `max_age` (0: off) ends any session that old.
 - Every cull is announced first: a warning at least `warn_before` seconds
   before it; activity after the warning clears it.
@@ -47,6 +53,9 @@ NONE, WARN, UNWARN, CULL, RELEASE, ORPHAN, MARK_STOPPED, CLEAR_STOPPED, NODE_GON
     "node-gone",
 )
 
+# The rules that need the GPU idle: none of them culls a session whose GPU was not read.
+GPU_RULES = frozenset({"idle", "gpu-idle", "gpu-idle-contended"})
+
 
 @dataclass(frozen=True)
 class Rules:
@@ -59,13 +68,23 @@ class Rules:
     gpu_idle_limit: float = 3600.0
     gpu_idle_limit_contended: float = 120.0
     keep_contended: float = 300.0
+    # A session whose GPU could not be read may be culled by idle_limit on hub activity alone.
+    cull_unread_on_hub_idle: bool = False
 
     def merged(self, override: dict[str, Any]) -> Rules:
-        known = {f.name for f in dataclasses.fields(self)}
-        unknown = set(override) - known
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        unknown = set(override) - set(fields)
         if unknown:
-            raise ValueError(f"unknown culler settings {sorted(unknown)}; known: {sorted(known)}")
-        return dataclasses.replace(self, **{k: float(v) for k, v in override.items()})
+            raise ValueError(f"unknown culler settings {sorted(unknown)}; known: {sorted(fields)}")
+        values: dict[str, Any] = {}
+        for k, v in override.items():
+            if isinstance(getattr(self, k), bool):
+                if not isinstance(v, bool):
+                    raise ValueError(f"culler setting {k} is true or false, not {v!r}")
+                values[k] = v
+            else:
+                values[k] = float(v)
+        return dataclasses.replace(self, **values)
 
 
 @dataclass(frozen=True)
@@ -96,16 +115,23 @@ def _dur(seconds: float) -> str:
 
 
 def _idle_since(s: Session) -> float | None:
-    """Since when both the notebook and the GPU have been idle (None: busy now, or unknown)."""
-    if s.gpu_busy_now:
+    """Since when both the notebook and the GPU have been idle (None: busy now, or the GPU was
+    not read: an unread GPU is not an idle one)."""
+    if s.gpu_busy_now or not s.gpu_read:
         return None
     marks = [t for t in (s.notebook_last_activity, s.gpu_last_busy, s.created) if t is not None]
     return max(marks) if marks else None
 
 
+def hub_idle_since(s: Session) -> float | None:
+    """Since when the notebook has been idle by the hub's activity alone (no GPU reading needed)."""
+    marks = [t for t in (s.notebook_last_activity, s.created) if t is not None]
+    return max(marks) if marks else None
+
+
 def gpu_idle_since(s: Session) -> float | None:
     """Since when the GPU alone has been idle (None: busy now, or no reliable reading)."""
-    if s.gpu_busy_now or not s.gpu_known or any(d.get("error") for d in s.gpu):
+    if s.gpu_busy_now or not s.gpu_read:
         return None
     # The agent forgets its last busy time when it restarts: count from that start at the earliest.
     # A server (re)started, on a kept GPU or a new one, counts from when it was ready: before that
@@ -164,6 +190,9 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         idle = _idle_since(s)
         if idle is not None:
             deadline, why, rule = idle + r.idle_limit, f"notebook and GPU idle for {_dur(now - idle)}", "idle"
+        elif not s.gpu_read and r.cull_unread_on_hub_idle and (idle := hub_idle_since(s)) is not None:
+            why = f"notebook idle for {_dur(now - idle)}; its GPU could not be read ({s.gpu_unread_why})"
+            deadline, rule = idle + r.idle_limit, "idle-unread"
         gpu_idle = gpu_idle_since(s)
         if (
             gpu_idle is not None
@@ -207,10 +236,14 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         if s.running
         else "no longer due (nobody waits for this size now)"
     )
+    if s.running and not s.gpu_read:
+        # Not culled on a guess: until the GPU is read again no rule that needs it idle applies;
+        # a warning such a rule gave goes (the next reading warns again, a full lead ahead).
+        again = f"its GPU could not be read ({s.gpu_unread_why}): no idle cull until it is"
     if deadline is None:
         if s.warned_at is not None:
             return Decision(UNWARN, again)
-        return Decision(NONE, "active")
+        return Decision(NONE, again if s.running and not s.gpu_read else "active")
     if now < deadline - lead:
         if s.warned_at is not None:
             return Decision(UNWARN, again)

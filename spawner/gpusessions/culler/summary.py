@@ -65,6 +65,34 @@ def _limit(seconds: float) -> str:
     return "off" if seconds <= 0 else _dur(seconds)
 
 
+def unread_rule(p: Policy) -> str:
+    """What happens to a session whose GPU could not be read, as the settings make it work."""
+    r = p.rules
+    line = (
+        "A GPU whose agent does not answer (also when asked again within the cycle), or whose "
+        "reading failed, is never counted as idle: no rule that needs an idle GPU culls it"
+    )
+    if r.cull_unread_on_hub_idle:
+        line += (
+            f"; the idle limit ({_limit(r.idle_limit)}) still culls it on the notebook's activity "
+            "alone (as the hub sees it)"
+        )
+    else:
+        line += ", not even the idle limit"
+    if r.max_age > 0:
+        line += f"; the maximum age ({_dur(r.max_age)}) still ends it"
+    line += "."
+    differ = sorted(
+        name
+        for name, o in p.per_profile.items()
+        if bool(o.get("cull_unread_on_hub_idle", r.cull_unread_on_hub_idle)) != r.cull_unread_on_hub_idle
+    )
+    if differ:
+        other = "may" if not r.cull_unread_on_hub_idle else "may not"
+        line += f" Sessions of {', '.join(differ)} {other} be culled on the notebook's activity alone."
+    return line
+
+
 def policy(p: Policy) -> dict[str, Any]:
     """The reclaim policy in words, with this culler's settings, for the admin page."""
     r = p.rules
@@ -91,8 +119,8 @@ def policy(p: Policy) -> dict[str, Any]:
         keep + ".",
         f"Every cull is announced {_limit(r.warn_before)} ahead (less for the shorter rules, never "
         "more than their limit) on the hub home page and in JupyterLab; Keep my GPU holds it off.",
-        "A busy GPU (an agent reading at or above the busy threshold) is never culled; nor one "
-        "whose agent does not answer.",
+        "A busy GPU (an agent reading at or above the busy threshold) is never culled.",
+        unread_rule(p),
     ]
     if r.max_age > 0:
         lines.append(f"Any session older than {_dur(r.max_age)} is ended.")
@@ -107,6 +135,7 @@ def policy(p: Policy) -> dict[str, Any]:
             "keep_contended": r.keep_contended,
             "warn_before": r.warn_before,
             "max_age": r.max_age,
+            "cull_unread_on_hub_idle": r.cull_unread_on_hub_idle,
         },
         "per_profile": p.per_profile,
         "dry_run": p.dry_run,

@@ -73,7 +73,7 @@ class KeepHandler(GPUSessionsAPIHandler):
             )
         cull.note_keep(user.name, server, now)
         until = now + float(getattr(spawner, "gpu_keep_extension", 4 * 3600))
-        ok = await SessionAPI().annotate_claim(
+        ok = await SessionAPI.of(spawner).annotate_claim(
             state["namespace"],
             state["claim"],
             {

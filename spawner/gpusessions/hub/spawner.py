@@ -79,6 +79,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         super().__init__(*args, **kwargs)
         self._gpu_messages: list[str] = []
         self._gpu_phase_done = asyncio.Event()
+        self._gpu_news = asyncio.Event()  # set at each new message, start, and the phase's end
         self._gpu_alloc: Allocation | None = None
         self._gpu_state: dict[str, str] = {}
         self._kai_queue: str | None = None
@@ -207,7 +208,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             else None
         )
         return GPUSession(
-            SessionAPI(timeout=self.k8s_api_request_timeout),
+            SessionAPI.of(self),
             n,
             request or C.GPURequest(),
             self._holder_settings(),
@@ -228,6 +229,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
     def _emit(self, message: str) -> None:
         """A progress message for the spawn page (and the hub log)."""
         self._gpu_messages.append(message)
+        self._gpu_news.set()
         self.log.info("%s: %s", self._log_name, message)
 
     # -- options ------------------------------------------------------------------------
@@ -333,6 +335,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         self._kernel_host = None
         # The kernel host starts beside the notebook pod: the spawn is done when both are.
         self._start_future = asyncio.ensure_future(self._with_kernel_host(super().start()))
+        self._gpu_news.set()
         return self._start_future
 
     async def _with_kernel_host(self, started: Any) -> Any:
@@ -401,6 +404,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
                 self._kernel_host = asyncio.ensure_future(sessions[-1].kernel_host_ready())
         finally:
             self._gpu_phase_done.set()
+            self._gpu_news.set()
 
     def session_info(self, alloc: Allocation) -> dict[str, Any]:
         n = self._names()
@@ -438,7 +442,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
     def _reconcile(self, running: bool) -> Reconcile:
         """The poll's work on this server's session, from its saved state and settings."""
         n = self._names()
-        api = SessionAPI(timeout=self.k8s_api_request_timeout)
+        api = SessionAPI.of(self)
         kernels = self._gpu_state.get("kernels") == "1"
         user, server = self.user.name, self.name or ""
 
@@ -480,6 +484,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         """GPU steps in words first (claim changes, not only pod events), then KubeSpawner's pod events."""
         sent = 0
         while True:
+            self._gpu_news.clear()
             start = self._start_future
             # JupyterHub marks a spawn pending a few steps before it calls start(): a reader that
             # comes that early waits for start(), not taking the last spawn's end for this one's.
@@ -489,7 +494,16 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
                     sent += 1
                 if self._gpu_phase_done.is_set() or (start is not None and start.done()):
                     break
-            await asyncio.sleep(0.2)
+            # Woken by the next message, start() or the phase's end (or the start's own end);
+            # the bound only re-reads JupyterHub's pending flag, which signals nothing.
+            news = asyncio.ensure_future(self._gpu_news.wait())
+            waits: set[asyncio.Future[Any]] = {news}
+            if start is not None:
+                waits.add(start)
+            try:
+                await asyncio.wait(waits, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                news.cancel()
         for m in self._gpu_messages[sent:]:
             yield {"progress": 40, "message": m}
         async for event in super().progress():

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import aiohttp
+from jupyterhub.utils import exponential_backoff
 from kubernetes_asyncio import watch as k8s_watch
 from kubernetes_asyncio.client import ApiException
 from kubespawner.clients import shared_client
@@ -63,34 +64,56 @@ class SessionAPI:
         assert isinstance(out, dict)
         return out
 
+    @classmethod
+    def of(cls, spawner: Any) -> SessionAPI:
+        """The API as a spawner's settings make it: KubeSpawner's `k8s_api_request_timeout` for
+        each try, `k8s_api_request_retry_timeout` for all the tries of one call."""
+        return cls(
+            timeout=float(getattr(spawner, "k8s_api_request_timeout", 10.0)),
+            retry_timeout=float(getattr(spawner, "k8s_api_request_retry_timeout", 30.0)),
+        )
+
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """One API call; retried with backoff while the API is away (a restart, etcd busy).
+        """One API call, each try given `timeout` seconds, tried again with
+        `jupyterhub.utils.exponential_backoff` (as KubeSpawner does) while the API is away (a
+        restart, etcd busy: no answer, 429 or 5xx) for up to `retry_timeout` seconds.
 
         A create retried after a lost answer may find its own object (409): callers adopt it."""
-        deadline = time.monotonic() + self.retry_timeout
-        delay = 0.25
-        while True:
+        answer: list[Any] = []
+        last: list[tuple[int, str]] = []
+
+        async def attempt() -> bool:
             try:
-                return await asyncio.wait_for(fn(*args, **kwargs), self.timeout)
+                answer.append(await asyncio.wait_for(fn(*args, **kwargs), self.timeout))
+                return True
             except ApiException as e:
                 if e.status == 404:
-                    return None
+                    answer.append(None)
+                    return True
                 if e.status == 409:
                     raise Conflict(_message(e)) from None
-                if e.status not in self.RETRY_STATUS or time.monotonic() + delay > deadline:
+                if e.status not in self.RETRY_STATUS:
                     raise KubeError(e.status, _message(e)) from None
-                problem = _message(e)
+                last.append((e.status, _message(e)))
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
-                if time.monotonic() + delay > deadline:
-                    raise KubeError(
-                        503,
-                        f"the Kubernetes API did not answer for {self.retry_timeout:.0f} s "
-                        f"({type(e).__name__}: {e}); try again in a minute",
-                    ) from None
-                problem = str(e) or type(e).__name__
-            log.info("Kubernetes API unavailable (%s); retrying in %.1fs", problem, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 4.0)
+                last.append((0, str(e) or type(e).__name__))
+            log.info("Kubernetes API unavailable (%s); trying again", last[-1][1])
+            return False
+
+        try:
+            await exponential_backoff(
+                attempt, "the Kubernetes API did not answer", max_wait=4.0, timeout=self.retry_timeout
+            )
+        except TimeoutError:
+            status, problem = last[-1] if last else (0, "no answer")
+            if status:
+                raise KubeError(status, problem) from None
+            raise KubeError(
+                503,
+                f"the Kubernetes API did not answer for {self.retry_timeout:.0f} s ({problem}); "
+                "try again in a minute",
+            ) from None
+        return answer[-1]
 
     # -- claims ----------------------------------------------------------------
     async def get_claim(self, namespace: str, name: str) -> Obj | None:

@@ -37,6 +37,17 @@ class JobsAPI(SessionAPI):
         )
         return r is not None
 
+    async def annotate_job(self, namespace: str, name: str, values: dict[str, str | None]) -> bool:
+        """Merge-patch the Job's annotations (None removes one); False if the Job is gone."""
+        r = await self._call(
+            self.batch.patch_namespaced_job,
+            name,
+            namespace,
+            {"metadata": {"annotations": values}},
+            _content_type="application/merge-patch+json",
+        )
+        return r is not None
+
     async def create_claim_template(self, body: Obj) -> Obj:
         ns = body["metadata"]["namespace"]
         return self._dict(await self._call(self.resource.create_namespaced_resource_claim_template, ns, body))

@@ -22,7 +22,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from jupyterhub.utils import exponential_backoff
 from kubernetes_asyncio import watch as k8s_watch
+from kubernetes_asyncio.client import ApiException
 from kubespawner.clients import load_config, shared_client
 
 from gpusessions.core import labels as L
@@ -44,8 +46,28 @@ class NotServed(Exception):
     """The apiserver does not serve the kind (404 on its list)."""
 
 
+class Gone(Exception):
+    """The watch's resourceVersion is older than the apiserver keeps (410 Gone): list again."""
+
+
+WATCH_SECONDS = 300  # the apiserver ends each watch after this long; it is resumed at once
+RETRY_WINDOW = 120.0  # seconds of back-off before the failing watch is reported again
+
+
+def _status_error(status: int, body: Any) -> Exception:
+    message = body.get("message", status) if isinstance(body, dict) else body
+    if status == 410:
+        return Gone(message)
+    return RuntimeError(f"{status}: {message}")
+
+
 class Cache:
-    """One kind, listed then watched; reconnects with back-off and relists after errors."""
+    """One kind, listed once, then watched: a watch that ends (the apiserver's timeout, a lost
+    connection, an apiserver restart) is resumed from the last resourceVersion it saw (events
+    and bookmarks), so nothing is listed again; only a resourceVersion the apiserver no longer
+    has (410 Gone) lists again, `resourceVersionMatch=NotOlderThan` that version (served from
+    the apiserver's cache). Reconnects back off with `jupyterhub.utils.exponential_backoff`;
+    while the watch is down the last data stays and `error` says why."""
 
     def __init__(self, kind: str, list_method: Callable[..., Any], on_change: Callable[[], None]):
         self.kind = kind
@@ -57,32 +79,22 @@ class Cache:
         self.error: str | None = None
         self.absent = False  # the apiserver does not serve this kind (404: e.g. no KAI CRDs)
         self._waiters: dict[str, list[asyncio.Event]] = {}
+        self.resource_version: str | None = None  # the last one seen (None: list first)
+        self._listed = False  # the objects are a list's, kept up to date since
+        self._connected_at: float | None = None  # when the current watch got its answer
+        self.lists = 0  # lists made (the first, and one per 410 Gone)
+        self.watches = 0  # watches started (a resume is one more, not a list)
 
     async def run(self) -> None:
-        delay = 0.5
         while True:
             try:
-                rv = await self._list()
-                delay = 0.5
-                self.error = None
-                w = k8s_watch.Watch()
-                method = partial(self.list_method, _preload_content=False)
-                async with w.stream(
-                    method, resource_version=rv, timeout_seconds=300, allow_watch_bookmarks=True
-                ) as stream:
-                    async for event in stream:
-                        obj = event["raw_object"]
-                        if event["type"] == "BOOKMARK":
-                            continue
-                        if event["type"] == "ERROR":
-                            break
-                        if event["type"] == "DELETED":
-                            self.objects.pop(_key(obj), None)
-                        else:
-                            self.objects[_key(obj)] = obj
-                        self.version += 1
-                        self._wake(_key(obj))
-                        self.on_change()
+                await exponential_backoff(
+                    self._list_and_watch,
+                    f"the watch of {self.kind} keeps failing",
+                    start_wait=0.5,
+                    max_wait=30,
+                    timeout=RETRY_WINDOW,
+                )
             except asyncio.CancelledError:
                 raise
             except NotServed:
@@ -96,13 +108,83 @@ class Cache:
                     )
                 self.absent = True
                 self.objects = {}
+                self.resource_version = None
                 self.ready.set()
                 await asyncio.sleep(ABSENT_RECHECK)
-            except Exception as e:  # the apiserver may restart; keep the last data, say so, retry
-                self.error = f"{type(e).__name__}: {e}"
-                log.warning("watch of %s failed (%s); retrying in %.1fs", self.kind, self.error, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30)
+            except TimeoutError:
+                log.warning("watch of %s still failing (%s); trying on", self.kind, self.error)
+
+    async def _list_and_watch(self) -> bool:
+        """List if there is nothing to resume from, then watch until the watch ends. True: go on
+        at once (the watch ran, or a 410 asks for a list); False: it failed, back off."""
+        self._connected_at = None
+        try:
+            if self.resource_version is None or not self._listed:
+                try:
+                    self.resource_version = await self._list(self.resource_version)
+                except Exception:
+                    # Not that version either (an apiserver on a new etcd answers "too large"):
+                    # the next list is a plain one, of what is there now.
+                    self.resource_version = None
+                    raise
+            await self._watch()
+            return True
+        except (asyncio.CancelledError, NotServed):
+            raise
+        except Gone as e:
+            log.info("watch of %s: %s; listing again", self.kind, e)
+            self._listed = False  # list NotOlderThan the version we had
+            return True
+        except Exception as e:  # the apiserver may restart; keep the last data, say so, retry
+            self.error = f"{type(e).__name__}: {e}"
+            log.warning("watch of %s failed (%s); resuming it", self.kind, self.error)
+            # A watch that was up a while resumes at once; one that cannot connect backs off.
+            up = self._connected_at is not None and time.monotonic() - self._connected_at >= 1.0
+            return up
+
+    async def _watch_call(self, **kwargs: Any) -> Any:
+        """The watch request (the Watch calls it again to resume): an error status is an error."""
+        resp = await self.list_method(**kwargs)
+        if resp.status >= 400:
+            try:
+                body = json.loads(await resp.read())
+            except ValueError:
+                body = {}
+            raise _status_error(resp.status, body)
+        self._connected_at = time.monotonic()
+        self.error = None
+        return resp
+
+    async def _watch(self) -> None:
+        """Watch from `resource_version` until the apiserver ends the watch."""
+        w = k8s_watch.Watch()
+        self.watches += 1
+        async with w.stream(
+            self._watch_call,
+            resource_version=self.resource_version,
+            timeout_seconds=WATCH_SECONDS,
+            allow_watch_bookmarks=True,
+        ) as stream:
+            try:
+                async for event in stream:
+                    if event["type"] != "BOOKMARK":
+                        obj = event["raw_object"]
+                        if event["type"] == "DELETED":
+                            self.objects.pop(_key(obj), None)
+                        else:
+                            self.objects[_key(obj)] = obj
+                        self.version += 1
+                        self._wake(_key(obj))
+                        self.on_change()
+                    if w.resource_version:
+                        self.resource_version = str(w.resource_version)
+            except ApiException as e:  # an ERROR event in the stream
+                if e.status == 410:
+                    raise Gone(e.reason) from None
+                raise
+            finally:
+                if w.resource_version:
+                    self.resource_version = str(w.resource_version)
 
     def _wake(self, key: str) -> None:
         for ev in self._waiters.pop(key, ()):
@@ -131,15 +213,23 @@ class Cache:
             else:
                 self._waiters.pop(key, None)
 
-    async def _list(self) -> str:
-        resp = await self.list_method(_preload_content=False)
+    async def _list(self, not_older_than: str | None = None) -> str:
+        """List every object (`not_older_than`: at least as new as that resourceVersion, from the
+        apiserver's cache, after a 410 Gone)."""
+        kwargs: dict[str, Any] = {"_preload_content": False}
+        if not_older_than:
+            kwargs.update(resource_version=not_older_than, resource_version_match="NotOlderThan")
+        self.lists += 1
+        resp = await self.list_method(**kwargs)
         body = json.loads(await resp.read())
         if resp.status == 404:
             raise NotServed(body.get("message", resp.status))
         if resp.status >= 400:
             raise RuntimeError(body.get("message", resp.status))
         self.absent = False
+        self.error = None
         self.objects = {_key(o): o for o in body["items"]}
+        self._listed = True
         self.version += 1
         self.ready.set()
         for key in list(self._waiters):
