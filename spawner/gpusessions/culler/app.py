@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 from traitlets import Bool, Dict, Float, TraitError, Unicode
 from traitlets.config import Application
 
+from gpusessions.culler.agentauth import AgentTokens
 from gpusessions.culler.cycle import Culler, run_forever
 from gpusessions.culler.history import History
 from gpusessions.culler.hub import HubAPI
@@ -122,6 +123,12 @@ class CullerApp(Application):
         per profile and queue, 5-minute buckets, 8 days) across restarts: a JSON file, written
         at most once a minute and at exit; "" keeps it in memory only (lost at a restart)""",
     ).tag(config=True)
+    agent_token_secret = LastUnicode(
+        "",
+        help="""the Secret (key `token`, in each session's namespace) whose token the holders'
+        GPU agents require, read from the cluster (needs get on that Secret); the spawner's
+        `agent_token_secret`. GPUSESSIONS_AGENT_TOKEN, when set, is used instead""",
+    ).tag(config=True)
     config_file = LastUnicode("", help="a config file (Python or JSON) setting any of these").tag(config=True)
 
     aliases = {
@@ -138,6 +145,7 @@ class CullerApp(Application):
         "per-profile": "CullerApp.per_profile",
         "namespace": "CullerApp.namespace",
         "history-file": "CullerApp.history_file",
+        "agent-token-secret": "CullerApp.agent_token_secret",
         "config": "CullerApp.config_file",
     }
     flags = {
@@ -187,6 +195,9 @@ class CullerApp(Application):
             HubAPI(api_url, token),
             self.policy,
             os.environ.get("GPUSESSIONS_AGENT_TOKEN"),
+            agent_tokens=AgentTokens(
+                os.environ.get("GPUSESSIONS_AGENT_TOKEN"), self.agent_token_secret, cluster.secret_token
+            ),
             history=History(self.history_file or None),
         )
         _AT_EXIT.append(lambda: culler.history.save(time.time(), force=True))

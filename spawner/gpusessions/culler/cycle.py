@@ -14,10 +14,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from gpusessions.core.claims import AGENT_PORT
 from gpusessions.core.timestamps import rfc3339
+from gpusessions.culler.agentauth import AgentTokens
 from gpusessions.culler.contention import mark_contention
 from gpusessions.culler.history import History, session_equivalent
 from gpusessions.culler.hub import HubAPI
@@ -60,6 +61,8 @@ class Culler:
     hub: HubAPI
     policy: Policy
     agent_token: str | None = None
+    # The agents' token per namespace (read from the spawner's Secret); None: `agent_token`.
+    agent_tokens: AgentTokens | None = None
     agent_timeout: float = 2.0
     max_actions: int = 16  # actions (warnings, culls, releases) of one cycle running at once
     sessions: list[Session] = field(default_factory=list)
@@ -81,7 +84,8 @@ class Culler:
         if not s.holder_ip:
             s.gpu_error = "no holder pod"
             return
-        headers = {"Authorization": f"Bearer {self.agent_token}"} if self.agent_token else {}
+        token = await self.agent_tokens.get(s.namespace) if self.agent_tokens else self.agent_token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         req = HTTPRequest(
             f"http://{s.holder_ip}:{AGENT_PORT}/api/status" + ("?fresh=1" if fresh else ""),
             headers=headers,
@@ -92,6 +96,8 @@ class Culler:
             resp = await AsyncHTTPClient().fetch(req)
             body = json.loads(resp.body)
         except Exception as e:
+            if isinstance(e, HTTPClientError) and e.code == 401 and self.agent_tokens:
+                self.agent_tokens.refused(s.namespace)
             s.gpu_error = f"agent unreachable: {e}"
             return
         s.gpu = body.get("devices") or []

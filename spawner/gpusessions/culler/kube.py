@@ -4,6 +4,7 @@ ResourceSlices the admin page's fleet map reads), and deletes and patches."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from functools import partial
 from typing import Any
@@ -130,6 +131,20 @@ class ClusterSide:
             {"metadata": {"annotations": values}},
             _content_type="application/merge-patch+json",
         )
+
+    async def secret_token(self, namespace: str, name: str) -> str | None:
+        """Key `token` of a Secret (the GPU agents' token: culler/agentauth.py); None when the
+        Secret is missing, unreadable or has no such key."""
+        self.calls += 1
+        try:
+            secret = await asyncio.wait_for(self.core.read_namespaced_secret(name, namespace), self.timeout)
+        except (ApiException, TimeoutError):
+            return None
+        value = (secret.data or {}).get("token")
+        try:
+            return base64.b64decode(value).decode() if value else None
+        except ValueError:
+            return None
 
     def stop(self) -> None:
         for t in self._tasks:

@@ -24,6 +24,7 @@ from traitlets import (
     validate,
 )
 
+from gpusessions.core import claims as C
 from gpusessions.core import kernels as K
 from gpusessions.core import queues as Q
 from gpusessions.core.placement import AFFINITY_SETTINGS
@@ -152,12 +153,14 @@ class GPUSessionSettings(HasTraits):
         help="Image of the holder pod (runs the GPU agent). Set it to your registry's copy.",
     )
     agent_token_secret = Unicode(
-        "",
+        C.AGENT_TOKEN_SECRET,
         config=True,
         help="""Name of a Secret in the user namespace whose key `token` the holder's GPU agent
-        requires on its API (`Authorization: Bearer <token>`); give the culler the same token
-        (`configure_culler(..., agent_token=...)`). Empty: the agent's API is open to anyone who
-        can reach the holder pod (its NetworkPolicy aside).""",
+        requires on its API (`Authorization: Bearer <token>`); the hub makes it, with a random
+        token, the first time a holder needs it in a namespace (the Helm chart makes its own).
+        The culler reads it there (`configure_culler` passes `--agent-token-secret`) or is given
+        it (`configure_culler(..., agent_token=...)`, the chart). Empty: the agent's API is open
+        to anyone who can reach the holder pod (its NetworkPolicy aside): do not.""",
     )
     agent_interval = Float(
         0.0,
