@@ -8,8 +8,10 @@
 - `?fresh=1` (an NVML read then and there) is granted to one caller at most once per
   `FRESH_INTERVAL_SECONDS`; a caller asking more often gets the last sample, marked so.
 - One peer (an IP address) holds at most `MAX_CONNECTIONS_PER_PEER` connections: a flood
-  from one pod (or from the kernels beside the agent) cannot take the descriptors the
-  culler's read needs.
+  from one pod cannot take the descriptors the culler's read needs; `MAX_CONNECTIONS` in all
+  bounds the agent's memory (code beside the agent, in the holder's kernels, can take
+  loopback addresses of its own: it can make its own session's agent unreadable, never read
+  another's).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ MAX_BUFFER_BYTES = 64 * 1024  # tornado's default is 100 MB
 IDLE_SECONDS = 30.0  # a connection that sends nothing (no headers, or no next request) is closed
 BODY_SECONDS = 5.0
 MAX_CONNECTIONS_PER_PEER = 32
+MAX_CONNECTIONS = 512  # in all: the agent's memory stays bounded whatever the callers do
 FRESH_INTERVAL_SECONDS = 1.0
 MAX_CALLERS = 256  # fresh-read clocks kept (callers beyond are forgotten oldest first)
 
@@ -90,13 +93,14 @@ class AgentHTTPServer(HTTPServer):
 
     def handle_stream(self, stream: IOStream, address: Any) -> None:
         peer = str(address[0]) if isinstance(address, tuple) and address else str(address)
-        if self.per_peer.get(peer, 0) >= self.max_per_peer:
+        if self.per_peer.get(peer, 0) >= self.max_per_peer or len(self._connections) >= MAX_CONNECTIONS:
             self.refused += 1
             if self.refused in (1, 10, 100) or self.refused % 1000 == 0:
                 log.warning(
-                    "refused a connection from %s: it has %d open (%d refused so far)",
+                    "refused a connection from %s: %d open from it, %d in all (%d refused so far)",
                     peer,
-                    self.max_per_peer,
+                    self.per_peer.get(peer, 0),
+                    len(self._connections),
                     self.refused,
                 )
             stream.close()

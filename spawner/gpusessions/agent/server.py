@@ -173,6 +173,8 @@ class _NoBody(web.RequestHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         e = (kwargs.get("exc_info") or (None, None, None))[1]
         message = e.log_message if isinstance(e, web.HTTPError) and e.log_message else self._reason
+        if status_code == 401:
+            self.set_header("WWW-Authenticate", 'Bearer realm="gpusessions-agent"')
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"status": status_code, "message": message}))
 
@@ -197,7 +199,6 @@ class _Base(_NoBody):
             tokens = {"culler": self.token, "session": self.session_token or ""}
             who = guard.caller(self.request.headers.get("Authorization", ""), tokens)
             if who is None:
-                self.set_header("WWW-Authenticate", 'Bearer realm="gpusessions-agent"')
                 raise web.HTTPError(401, "missing or wrong agent token")
             self.caller = who
         self._refuse_body()

@@ -171,9 +171,12 @@ class GPUSessionSettings(HasTraits):
         a little CPU per holder.""",
     )
     holder_resources = Dict(
-        {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+        {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "96Mi"}},
         config=True,
-        help="`resources` of the holder container (requests and limits).",
+        help="""`resources` of the holder container, the GPU agent (requests and limits). The agent
+        holds about 30 MiB (resident, measured idle and under a flood of refused requests with the
+        simulated NVML: tests/unit/test_agent_guard.py); the limit leaves room for the real NVML
+        library. The kept kernels have their own container (`kernel_resources`).""",
     )
     gpu_keep_extension = Float(
         4 * 3600,
