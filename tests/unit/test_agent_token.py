@@ -16,7 +16,7 @@ Obj = dict[str, Any]
 
 
 class SecretsAPI:
-    def __init__(self, existing: set[tuple[str, str]] = set(), conflict: bool = False) -> None:
+    def __init__(self, existing: frozenset[tuple[str, str]] = frozenset(), conflict: bool = False) -> None:
         self.existing = set(existing)
         self.conflict = conflict
         self.calls: list[tuple[str, str, str]] = []
@@ -54,7 +54,7 @@ def test_the_hub_makes_the_secret_once_per_namespace_with_a_random_token() -> No
     assert len(set(tokens)) == 2 and all(len(t) >= 40 for t in tokens)
     # One that exists (the chart's) is used as it is; one made meanwhile (409) too.
     agenttoken._SEEN.clear()
-    kept = SecretsAPI({("c", "mine")})
+    kept = SecretsAPI(frozenset({("c", "mine")}))
     asyncio.run(agenttoken.ensure(kept, "c", "mine"))
     assert kept.calls == [("get", "c", "mine")]
     raced = SecretsAPI(conflict=True)
