@@ -213,6 +213,12 @@ def build_holder_pod(
     }
     if kernels is not None:
         spec["containers"].append(gateway_container(kernels, REQUEST_NAME))
+        if kernels.init_containers:
+            # The notebook pod's (z2jh's block-cloud-metadata: an iptables rule, as root, in the
+            # pod's network namespace, before the kernels start). Each container of ours says
+            # runAsNonRoot itself; the pod-wide one would refuse that root init container.
+            spec["initContainers"] = [dict(c) for c in kernels.init_containers]
+            del spec["securityContext"]["runAsNonRoot"]
         # The agent maps NVML's process ids to kernels, so it must see the gateway's processes.
         spec["shareProcessNamespace"] = True
         container["env"] += [

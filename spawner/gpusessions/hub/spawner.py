@@ -35,7 +35,7 @@ from gpusessions.core.options import validate as validate_options
 from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.queues import QueuePolicy
 from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
-from gpusessions.hub import lifecycle, notices
+from gpusessions.hub import lifecycle, notices, usercode
 from gpusessions.hub.admission import Admission
 from gpusessions.hub.picker import figures_for, render_form
 from gpusessions.hub.reconcile import Reconcile
@@ -173,6 +173,8 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             image_pull_policy=self.image_pull_policy or None,
             network_policy=self.kernel_network_policy,
             agent_port=C.AGENT_PORT,
+            agent_peers=tuple(dict(p) for p in self.agent_network_peers if isinstance(p, dict)),
+            init_containers=usercode.init_containers(self, self.init_containers),
         )
 
     # -- the scheduler's queue (core/queues.py: QueuePolicy) --------------------------------

@@ -211,8 +211,29 @@ class GPUSessionSettings(HasTraits):
         True,
         config=True,
         help="""Create a NetworkPolicy per session that admits the kernel gateway's port only from
-        that session's notebook pod (owned by the claim; needs `create, get, delete` on
+        that session's notebook pod, and the GPU agent's only from that notebook and
+        `agent_network_peers` (owned by the claim; needs `create, get, delete` on
         `networkpolicies` in the user namespace). Off if your cluster manages policies itself.""",
+    )
+    agent_network_peers = List(
+        Dict(),
+        [dict(p) for p in K.AGENT_READERS],
+        config=True,
+        help="""NetworkPolicy peers (`from` entries) admitted to a holder's GPU agent port besides
+        the session's own notebook, in the per-session policy (`kernel_network_policy`): the
+        culler. The default: the Helm chart's culler pods and Zero to JupyterHub's hub pod (a
+        culler run by the hub, `configure_culler`, reads the agents from there); the chart's
+        settings (hubsetup) leave only its culler.""",
+    )
+    user_code_init_containers = List(
+        Unicode(),
+        ["block-cloud-metadata"],
+        config=True,
+        help="""Names of the spawner's `init_containers` that pods running user code beside the
+        notebook get too: the holder pod when it hosts kernels, and notebook jobs' pods. Zero to
+        JupyterHub's `block-cloud-metadata` (its `singleuser.cloudMetadata.blockWithIptables`,
+        on by default) is one: an iptables rule that keeps user code from the cloud metadata
+        server. [] gives them none.""",
     )
     kernel_resources = Dict(
         {},
