@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gpusessions.core import kernels as K
 from localcluster import waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
@@ -142,7 +143,11 @@ def test_a_gateway_answers_only_its_own_token_and_goes_with_the_gpu(
     assert gateway_rule["ports"] == [{"port": 8888, "protocol": "TCP"}]
     [peer] = gateway_rule["from"]
     assert selected(peer["podSelector"]["matchLabels"]) == ["jupyter-alice"]
-    assert agent_rule == {"ports": [{"port": 9400, "protocol": "TCP"}]}
+    # The agent port: that notebook (its GPU panel) and the culler only.
+    assert agent_rule["ports"] == [{"port": 9400, "protocol": "TCP"}]
+    notebook, *cullers = agent_rule["from"]
+    assert selected(notebook["podSelector"]["matchLabels"]) == ["jupyter-alice"]
+    assert cullers == [dict(p) for p in K.AGENT_READERS]
     assert policy["metadata"]["ownerReferences"][0]["name"] == "gpu-alice"
 
     # Releasing the GPU ends the kernels and removes the token and the policy.

@@ -352,10 +352,13 @@ def test_rbac_is_narrow(tmp_path: Path) -> None:
     assert [r for r in _rules(kai, "ClusterRole", "hub") if "scheduling.run.ai" in r["apiGroups"]] == [
         {"apiGroups": ["scheduling.run.ai"], "resources": ["queues"], "verbs": ["list", "watch"]}
     ]
-    # No kernels: no secrets or NetworkPolicies for the hub.
+    # No kernels: no NetworkPolicies for the hub, and of Secrets only the agents' token (looked
+    # up before a holder is made, made if missing).
     no_kernels = template(tmp_path, VALUE_SETS["no-kernels"])
-    resources = {r for rule in _rules(no_kernels, "Role", "hub") for r in rule["resources"]}
-    assert resources == {"resourceclaims", "pods", "events"}
+    rules = _rules(no_kernels, "Role", "hub")
+    resources = {r for rule in rules for r in rule["resources"]}
+    assert resources == {"resourceclaims", "pods", "events", "secrets"}
+    assert [r["verbs"] for r in rules if r["resources"] == ["secrets"]] == [["get", "create"]]
     assert not by_kind(no_kernels, "Secret")  # agentTokenSecret.create false
     minimal = template(tmp_path, VALUE_SETS["minimal"])
     assert not [

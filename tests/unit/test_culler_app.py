@@ -137,3 +137,14 @@ def test_hubconfig_args_parse() -> None:
     (svc,) = c.JupyterHub.services
     app = _app(*svc["command"][3:])
     assert (app.interval, app.policy.rules.idle_limit, app.dry_run, app.namespace) == (1, 20, True, "jhub")
+    # The agents' token: read from the spawner's Secret (its default name, or as configured).
+    assert app.agent_token_secret == "gpusessions-agent-token"
+    c = Config()
+    c.GPUSessionSpawner.agent_token_secret = "ours"
+    configure_culler(c)
+    assert _app(*c.JupyterHub.services[0]["command"][3:]).agent_token_secret == "ours"
+    c = Config()
+    configure_culler(c, agent_token="given")
+    (svc,) = c.JupyterHub.services
+    assert svc["environment"]["GPUSESSIONS_AGENT_TOKEN"] == "given"
+    assert "--agent-token-secret" not in svc["command"]

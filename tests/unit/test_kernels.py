@@ -113,7 +113,11 @@ def test_network_policy_admits_only_the_sessions_notebook_to_the_gateway() -> No
         "gpusessions.io/claim": "gpu-ann",
         "gpusessions.io/component": "notebook",
     }
-    assert agent == {"ports": [{"port": 9400, "protocol": "TCP"}]}
+    # The agent: that notebook (its GPU panel) and the culler (the chart's, or the hub's pod).
+    assert agent["ports"] == [{"port": 9400, "protocol": "TCP"}]
+    assert agent["from"] == [gateway["from"][0], *K.AGENT_READERS]
+    only = K.build_network_policy("p", "ns", CLAIM, 8888, 9400, "ann", "", (K.CHART_CULLER,))
+    assert only["spec"]["ingress"][1]["from"] == [gateway["from"][0], K.CHART_CULLER]
     assert np["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     pod = build_holder_pod("gpu-holder-ann", "ns", "gpu-ann", HolderSettings("holder:1", {}), "ann", "")
     assert pod["metadata"]["labels"]["gpusessions.io/claim"] == "gpu-ann"

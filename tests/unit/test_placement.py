@@ -125,6 +125,6 @@ def test_a_job_of_another_size_does_not_inherit_the_running_sessions_profile() -
 
     s = asyncio.run(build())
     assert (s.node_selector, s.tolerations, s.affinity, s.image_pull_secrets) == ({}, (), None, ())
-    assert s.image != "session:1" and s.uid != 4242
+    assert s.image != "session:1" and s.security.uid != 4242
     assert s.resources == {"limits": {"cpu": "2.0", "memory": "4G"}}
     assert s.env.get("TEAM") == "ml"

@@ -9,7 +9,7 @@ import os
 import signal
 
 from gpusessions.agent.nvml import load
-from gpusessions.agent.server import AgentState, make_app, start_sampling
+from gpusessions.agent.server import AgentState, listen, make_app, start_sampling
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,9 +38,15 @@ def main(argv: list[str] | None = None) -> int:
 
     async def run() -> None:
         app = make_app(state, token, env("GPUSESSIONS_KERNELS_TOKEN") or None)
-        app.listen(args.port, address=args.ip)
+        listen(app, args.port, args.ip)
         start_sampling(state, args.interval)
-        logging.getLogger("gpusessions.agent").info(
+        log = logging.getLogger("gpusessions.agent")
+        if not token:
+            log.warning(
+                "no GPUSESSIONS_AGENT_TOKEN: anyone who reaches this port reads the status "
+                "(the spawner's agent_token_secret gives the agent one by default)"
+            )
+        log.info(
             "serving on %s:%d (devices %s, auth %s)",
             args.ip,
             args.port,

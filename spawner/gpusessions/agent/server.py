@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import os
@@ -18,6 +17,7 @@ from prometheus_client.registry import Collector as PromCollector
 from tornado import web
 from tornado.ioloop import PeriodicCallback
 
+from gpusessions.agent import guard
 from gpusessions.agent.collect import Collector, Reading, discover
 from gpusessions.agent.kernels import KernelView
 
@@ -44,6 +44,7 @@ class AgentState:
     sampled_at: float | None = None
     problem: str | None = None
     kernels: KernelView = field(default_factory=KernelView)
+    fresh: guard.FreshLimiter = field(default_factory=guard.FreshLimiter)
 
     def _init(self, now: float) -> None:
         if self.nvml is not None or now < self.next_init:
@@ -152,39 +153,86 @@ def prometheus(state: AgentState) -> str:
     return generate_latest(registry).decode()
 
 
-class _Base(web.RequestHandler):
+@web.stream_request_body
+class _NoBody(web.RequestHandler):
+    """Takes no request body: one is refused from the headers (413), never read. The server's
+    `max_body_size` (guard.server_options) bounds what a client can push before that."""
+
+    def prepare(self) -> None:
+        self._refuse_body()
+
+    def _refuse_body(self) -> None:
+        h = self.request.headers
+        if h.get("Content-Length", "0").strip() not in ("", "0") or "Transfer-Encoding" in h:
+            self.set_header("Connection", "close")
+            raise web.HTTPError(413, "the agent takes no request body")
+
+    def data_received(self, chunk: bytes) -> None:  # never kept
+        return None
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        e = (kwargs.get("exc_info") or (None, None, None))[1]
+        message = e.log_message if isinstance(e, web.HTTPError) and e.log_message else self._reason
+        if status_code == 401:
+            self.set_header("WWW-Authenticate", 'Bearer realm="gpusessions-agent"')
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": message}))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, web.HTTPError):
+            return  # a refusal: counted by `log_request`, not a line per request of a flood
+        super().log_exception(typ, value, tb)
+
+
+class _Base(_NoBody):
     def initialize(self, state: AgentState, token: str | None, session_token: str | None = None) -> None:
         self.state = state
         self.token = token
         # The session's own kernel-gateway token (a Secret owned by the claim, also given to
         # its notebook pod) reads this one agent: the notebook's GPU panel uses it.
         self.session_token = session_token
+        self.caller = "open"
 
     def prepare(self) -> None:
-        if not self.token:
-            return
-        auth = self.request.headers.get("Authorization", "")
-        scheme, _, given = auth.partition(" ")
-        allowed = [t for t in (self.token, self.session_token) if t]
-        if scheme.lower() not in ("bearer", "token") or not any(
-            hmac.compare_digest(given.strip().encode(), t.encode()) for t in allowed
-        ):
-            raise web.HTTPError(401, "missing or wrong agent token")
+        # The token first, from the headers alone: a stranger learns nothing else.
+        if self.token:
+            tokens = {"culler": self.token, "session": self.session_token or ""}
+            who = guard.caller(self.request.headers.get("Authorization", ""), tokens)
+            if who is None:
+                raise web.HTTPError(401, "missing or wrong agent token")
+            self.caller = who
+        self._refuse_body()
 
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"status": status_code, "message": self._reason}))
+
+class NotFoundHandler(_Base):
+    def get(self) -> None:
+        raise web.HTTPError(404, "no such page on the GPU agent (/api/status, /metrics, /healthz)")
+
+    post = put = patch = delete = head = options = get
 
 
 class StatusHandler(_Base):
     def get(self) -> None:
+        status = self.state.status()
         if self.get_argument("fresh", "") in ("1", "true"):
-            # The culler's last look before a cull: read NVML now, not the last periodic sample.
-            sampled = self.state.sampled_at
-            if sampled is None or time.time() - sampled >= FRESH_MIN_SECONDS:
-                self.state.sample()
+            # The culler's last look before a cull: read NVML now, not the last periodic sample;
+            # at most once a second per caller (a caller asking more often gets the last one).
+            key = f"{self.caller}:{self.request.remote_ip}"
+            now = time.time()
+            granted = self.state.fresh.allow(key, now)
+            if granted:
+                sampled = self.state.sampled_at
+                if sampled is None or now - sampled >= FRESH_MIN_SECONDS:
+                    self.state.sample()
+                status = self.state.status()
+            status["fresh"] = granted
+            if not granted:
+                status["fresh_refused"] = (
+                    f"at most one fresh read per {self.state.fresh.interval:g} s per caller: "
+                    "this is the last sample (see sampled_at)"
+                )
         self.set_header("Content-Type", "application/json")
-        self.write(json.dumps(self.state.status()))
+        self.write(json.dumps(status))
 
 
 class MetricsHandler(_Base):
@@ -193,7 +241,7 @@ class MetricsHandler(_Base):
         self.write(prometheus(self.state))
 
 
-class HealthHandler(web.RequestHandler):
+class HealthHandler(_NoBody):
     def get(self) -> None:
         self.write("ok")
 
@@ -205,8 +253,38 @@ def make_app(state: AgentState, token: str | None, session_token: str | None = N
             (r"/api/status", StatusHandler, kw),
             (r"/metrics", MetricsHandler, kw),
             (r"/healthz", HealthHandler),
-        ]
+        ],
+        default_handler_class=NotFoundHandler,
+        default_handler_args=kw,
+        log_function=log_request,
     )
+
+
+_refusals = {"count": 0}
+
+
+def log_request(handler: web.RequestHandler) -> None:
+    """Answers at debug level, failures as warnings, refusals (4xx) counted: the first and then
+    every 100th is logged, so that a flood of refused requests cannot fill the log."""
+    status = handler.get_status()
+    line = f"{status} {handler._request_summary()} {1000 * handler.request.request_time():.2f}ms"
+    if status >= 500:
+        log.warning("%s", line)
+    elif status >= 400:
+        _refusals["count"] += 1
+        n = _refusals["count"]
+        if n == 1 or n % 100 == 0:
+            log.warning("%s (%d refused requests so far)", line, n)
+    else:
+        log.debug("%s", line)
+
+
+def listen(app: web.Application, port: int, address: str) -> guard.AgentHTTPServer:
+    """Serve `app` with the agent's limits (guard.py): small headers, no body, idle connections
+    closed, connections per peer capped."""
+    server = guard.AgentHTTPServer(app, **guard.server_options())
+    server.listen(port, address=address)
+    return server
 
 
 def start_sampling(state: AgentState, interval: float) -> PeriodicCallback:

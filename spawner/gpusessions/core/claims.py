@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpusessions.core import labels as L
-from gpusessions.core.kernels import KernelSettings, gateway_container, token_env
+from gpusessions.core.kernels import TOKEN_KEY, KernelSettings, gateway_container, new_token, token_env
 from gpusessions.core.placement import placement
 
 Obj = dict[str, Any]
 REQUEST_NAME = "gpu"  # the request in the claim, and the claim's name in pod specs
 AGENT_PORT = 9400  # the GPU agent in the holder pod
+# The Secret (key "token") the holders' GPU agents require on their API, one per namespace: the
+# spawner's default (it makes one with a random token when none exists), the Helm chart's.
+AGENT_TOKEN_SECRET = "gpusessions-agent-token"
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,12 @@ def build_holder_pod(
     }
     if kernels is not None:
         spec["containers"].append(gateway_container(kernels, REQUEST_NAME))
+        if kernels.init_containers:
+            # The notebook pod's (z2jh's block-cloud-metadata: an iptables rule, as root, in the
+            # pod's network namespace, before the kernels start). Each container of ours says
+            # runAsNonRoot itself; the pod-wide one would refuse that root init container.
+            spec["initContainers"] = [dict(c) for c in kernels.init_containers]
+            del spec["securityContext"]["runAsNonRoot"]
         # The agent maps NVML's process ids to kernels, so it must see the gateway's processes.
         spec["shareProcessNamespace"] = True
         container["env"] += [
@@ -232,6 +241,22 @@ def build_holder_pod(
             "annotations": {**L.owner_annotations(username, servername), L.CLAIM_ANNOTATION: claim_name},
         },
         "spec": spec,
+    }
+
+
+def build_agent_token_secret(name: str, namespace: str, token: str | None = None) -> Obj:
+    """The agents' token of a namespace (shared by its holders and the culler). Not owned by
+    any session: it outlives them, so that a culler that read it once keeps its word."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {L.MANAGED_BY: L.MANAGER, L.COMPONENT: "agent-token"},
+        },
+        "stringData": {TOKEN_KEY: token or new_token()},
     }
 
 

@@ -36,6 +36,7 @@ from gpusessions.core import labels as L
 from gpusessions.core import owners
 from gpusessions.core.claims import REQUEST_NAME, GPURequest
 from gpusessions.core.placement import placement
+from gpusessions.core.security import Contexts
 from gpusessions.core.timestamps import epoch
 
 Obj = dict[str, Any]
@@ -191,9 +192,10 @@ class JobSettings:
     volume_mounts: tuple[Obj, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     resources: Obj = field(default_factory=dict)  # cpu/memory requests and limits
-    uid: int | None = 1000
-    gid: int | None = 100
-    fs_gid: int | None = 100
+    # The notebook pod's security contexts (uid, gid, fs_gid, ... as KubeSpawner composes them)
+    security: Contexts = field(default_factory=Contexts)
+    # Init containers the notebook pod has that user code needs too (z2jh's block-cloud-metadata)
+    init_containers: tuple[Obj, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Obj, ...] = ()
     affinity: Obj | None = None  # the profile's (placement.affinity_of), as a session's holder gets
@@ -263,7 +265,7 @@ def build_job(
             {"name": "GPUSESSIONS_JOB_WORKERS", "value": str(request.workers)},
         ],
         "resources": dict(settings.resources),
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": settings.security.container_context(),
     }
     if settings.volume_mounts:
         container["volumeMounts"] = [dict(m) for m in settings.volume_mounts]
@@ -276,14 +278,9 @@ def build_job(
         "terminationGracePeriodSeconds": 30,
         "containers": [container],
     }
-    sc: Obj = {"seccompProfile": {"type": "RuntimeDefault"}}
-    if settings.uid is not None:
-        sc["runAsUser"] = settings.uid
-    if settings.gid is not None:
-        sc["runAsGroup"] = settings.gid
-    if settings.fs_gid is not None:
-        sc["fsGroup"] = settings.fs_gid
-    spec["securityContext"] = sc
+    spec["securityContext"] = settings.security.pod_context()
+    if settings.init_containers:
+        spec["initContainers"] = [dict(c) for c in settings.init_containers]
     if gpu is not None and gpu.wants_gpu:
         spec["resourceClaims"] = [{"name": REQUEST_NAME, "resourceClaimTemplateName": name}]
         container["resources"] = {**container["resources"], "claims": [{"name": REQUEST_NAME}]}

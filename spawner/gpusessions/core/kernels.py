@@ -22,6 +22,16 @@ KERNELS_CONTAINER = "kernels"
 KERNEL_PORT = 8888
 TOKEN_KEY = "token"
 SECRET_ANNOTATION = "gpusessions.io/kernels-secret"
+# Who may read a holder's GPU agent besides the session's own notebook: the culler, as the Helm
+# chart runs it (its Deployment's pods) and as a hub runs it (a service inside the hub's pod,
+# with Zero to JupyterHub's labels). NetworkPolicy peers.
+CHART_CULLER: Obj = {
+    "podSelector": {
+        "matchLabels": {"app.kubernetes.io/name": "gpusessions", "app.kubernetes.io/component": "culler"}
+    }
+}
+Z2JH_HUB: Obj = {"podSelector": {"matchLabels": {"app": "jupyterhub", "component": "hub"}}}
+AGENT_READERS: tuple[Obj, ...] = (CHART_CULLER, Z2JH_HUB)
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,10 @@ class KernelSettings:
     image_pull_policy: str | None = None
     network_policy: bool = True
     agent_port: int = 9400
+    agent_peers: tuple[Obj, ...] = AGENT_READERS  # who reads the agent besides the notebook
+    # The notebook pod's init containers that user code needs too (z2jh's block-cloud-metadata):
+    # the holder pod gets them when it hosts kernels.
+    init_containers: tuple[Obj, ...] = ()
 
 
 def secret_name(holder: str) -> str:
@@ -151,18 +165,32 @@ def network_policy_name(holder: str) -> str:
 
 
 def build_network_policy(
-    name: str, namespace: str, claim: Obj, port: int, agent_port: int, username: str, servername: str
+    name: str,
+    namespace: str,
+    claim: Obj,
+    port: int,
+    agent_port: int,
+    username: str,
+    servername: str,
+    agent_peers: tuple[Obj, ...] = AGENT_READERS,
 ) -> Obj:
-    """Only this session's notebook pod may reach its kernel gateway.
+    """Only this session's notebook pod may reach its kernel gateway; its GPU agent, only that
+    notebook and the culler (`agent_peers`).
 
     Selects the session's holder pod (by the claim label); admits the gateway port from the
     notebook pod with the same claim label (marked `gpusessions.io/component: notebook`: the
-    notebook pod keeps KubeSpawner's own `app.kubernetes.io/*` labels), and the agent port as
-    before (the culler, metrics).
+    notebook pod keeps KubeSpawner's own `app.kubernetes.io/*` labels), and the agent port from
+    that notebook (its GPU panel) and `agent_peers`. Ingress only: the holder's egress is the
+    chart's (the same rules as z2jh's notebook pods, docs/install.md).
     Owned by the claim, like the token Secret."""
     session = {
         L.MANAGED_BY: L.MANAGER,
         L.CLAIM_LABEL: L.label_value(claim["metadata"]["name"]),
+    }
+    notebook = {
+        "podSelector": {
+            "matchLabels": {L.CLAIM_LABEL: session[L.CLAIM_LABEL], L.NOTEBOOK_COMPONENT: L.NOTEBOOK}
+        }
     }
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -172,20 +200,11 @@ def build_network_policy(
             "podSelector": {"matchLabels": {**session, L.COMPONENT: "holder"}},
             "policyTypes": ["Ingress"],
             "ingress": [
+                {"ports": [{"port": port, "protocol": "TCP"}], "from": [notebook]},
                 {
-                    "ports": [{"port": port, "protocol": "TCP"}],
-                    "from": [
-                        {
-                            "podSelector": {
-                                "matchLabels": {
-                                    L.CLAIM_LABEL: session[L.CLAIM_LABEL],
-                                    L.NOTEBOOK_COMPONENT: L.NOTEBOOK,
-                                }
-                            }
-                        }
-                    ],
+                    "ports": [{"port": agent_port, "protocol": "TCP"}],
+                    "from": [notebook, *(dict(p) for p in agent_peers)],
                 },
-                {"ports": [{"port": agent_port, "protocol": "TCP"}]},
             ],
         },
     }

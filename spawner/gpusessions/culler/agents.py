@@ -22,6 +22,7 @@ from jupyterhub.utils import exponential_backoff
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from gpusessions.core.claims import AGENT_PORT
+from gpusessions.culler.agentauth import AgentTokens
 from gpusessions.culler.model import Session
 
 log = logging.getLogger("gpusessions.culler")
@@ -32,7 +33,8 @@ RETRY_STATUS = frozenset({429, 500, 502, 503, 504, 599})
 
 @dataclass
 class AgentReader:
-    token: str | None = None
+    token: str | None = None  # one token for every agent (when `tokens` is None)
+    tokens: AgentTokens | None = None  # the token of each namespace (the spawner's Secret)
     timeout: float = 2.0  # one read: connect and answer
     concurrency: int = 100  # reads in flight at once (and the HTTP client's connections)
     retry_timeout: float = 10.0  # how long a failing read is tried again within the cycle (0: never)
@@ -57,7 +59,8 @@ class AgentReader:
     async def _once(self, s: Session, fresh: bool) -> bool | None:
         """One read: True (read), False (failed, may pass: try again), None (failed for good)."""
         client, gate = self._http()
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        token = await self.tokens.get(s.namespace) if self.tokens else self.token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         req = HTTPRequest(
             f"http://{s.holder_ip}:{self.port}/api/status" + ("?fresh=1" if fresh else ""),
             headers=headers,
@@ -73,6 +76,8 @@ class AgentReader:
                     raise ValueError("not a JSON object")
             except HTTPClientError as e:
                 s.gpu_error = f"agent unreachable: {e}"
+                if e.code == 401 and self.tokens:
+                    self.tokens.refused(s.namespace)  # the Secret was replaced: read it again
                 return False if e.code in RETRY_STATUS else None
             except (OSError, TimeoutError) as e:
                 s.gpu_error = f"agent unreachable: {type(e).__name__}: {e}"

@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 from traitlets import Bool, Dict, Float, Integer, TraitError, Unicode, validate
 from traitlets.config import Application
 
+from gpusessions.culler.agentauth import AgentTokens
 from gpusessions.culler.agents import AgentReader
 from gpusessions.culler.cycle import Culler, run_forever
 from gpusessions.culler.history import History
@@ -153,6 +154,12 @@ class CullerApp(Application):
         per profile and queue, 5-minute buckets, 8 days) across restarts: a JSON file, written
         at most once a minute and at exit; "" keeps it in memory only (lost at a restart)""",
     ).tag(config=True)
+    agent_token_secret = LastUnicode(
+        "",
+        help="""the Secret (key `token`, in each session's namespace) whose token the holders'
+        GPU agents require, read from the cluster (needs get on that Secret); the spawner's
+        `agent_token_secret`. GPUSESSIONS_AGENT_TOKEN, when set, is used instead""",
+    ).tag(config=True)
     config_file = LastUnicode("", help="a config file (Python or JSON) setting any of these").tag(config=True)
 
     aliases = {
@@ -172,6 +179,7 @@ class CullerApp(Application):
         "per-profile": "CullerApp.per_profile",
         "namespace": "CullerApp.namespace",
         "history-file": "CullerApp.history_file",
+        "agent-token-secret": "CullerApp.agent_token_secret",
         "config": "CullerApp.config_file",
     }
     flags = {
@@ -233,7 +241,9 @@ class CullerApp(Application):
         )
         await cluster.ready()
         agents = AgentReader(
-            token=os.environ.get("GPUSESSIONS_AGENT_TOKEN"),
+            tokens=AgentTokens(
+                os.environ.get("GPUSESSIONS_AGENT_TOKEN"), self.agent_token_secret, cluster.secret_token
+            ),
             timeout=self.agent_timeout,
             concurrency=self.agent_concurrency,
             retry_timeout=self.agent_retry_timeout,

@@ -14,6 +14,7 @@ from kubespawner.clients import load_config, shared_client
 from gpusessions.core import labels as L
 from gpusessions.culler.jobs import SELECTOR as JOBS
 from gpusessions.culler.jobtime import POD_SELECTOR, JobTimes
+from gpusessions.kube.api import KubeError
 from gpusessions.kube.jobs import JobsAPI
 from gpusessions.kube.watch import Cache
 
@@ -115,6 +116,14 @@ class ClusterSide:
     async def annotate_job(self, namespace: str, name: str, values: dict[str, str | None]) -> None:
         """Annotate a notebook job's Job (the run time of its pods: culler/jobtime.py)."""
         await self.api.annotate_job(namespace, name, values)
+
+    async def secret_token(self, namespace: str, name: str) -> str | None:
+        """Key `token` of a Secret (the GPU agents' token: culler/agentauth.py); None when the
+        Secret is missing, unreadable or has no such key."""
+        try:
+            return await self.api.secret_value(namespace, name, "token")
+        except KubeError:
+            return None
 
     def stop(self) -> None:
         for t in self._tasks:

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from gpusessions.core import scopes
+from gpusessions.core.claims import AGENT_TOKEN_SECRET
 
 
 def configure_culler(
@@ -24,11 +25,15 @@ def configure_culler(
     port: int = 10101,
     environment: dict[str, str] | None = None,
     agent_token: str | None = None,
+    agent_token_secret: str | None = AGENT_TOKEN_SECRET,
     namespace: str | None = None,
     url: str | None = None,
     name: str = "gpusessions",
 ) -> None:
-    """`agent_token`: what the holders' agents require (GPUSessionSpawner.agent_token_secret).
+    """`agent_token`: what the holders' agents require, given as it is; without it, a culler
+    run by the hub reads it from the Secret `agent_token_secret` in each session's namespace
+    (GPUSessionSpawner.agent_token_secret, whose default is the same name; the hub makes it).
+    None or "": the culler sends no token (agents without one).
 
     `url`: the culler runs elsewhere (the Helm chart's Deployment) at this URL; the hub only
     routes to it and grants its roles. Its token is the one z2jh generates for a
@@ -48,6 +53,12 @@ def configure_culler(
     env.update(environment or {})
     if agent_token:
         env["GPUSESSIONS_AGENT_TOKEN"] = agent_token
+    elif url is None and agent_token_secret and "--agent-token-secret" not in args:
+        configured = _spawner_setting(c, "agent_token_secret")
+        if agent_token_secret == AGENT_TOKEN_SECRET and isinstance(configured, str):
+            agent_token_secret = configured  # the spawner's own setting, as this config has it
+        if agent_token_secret:
+            args += ["--agent-token-secret", agent_token_secret]
     service: dict[str, Any] = {
         "name": name,
         "oauth_client_allowed_scopes": [scopes.ADMIN],
@@ -85,6 +96,14 @@ def configure_culler(
 
 
 SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _spawner_setting(c: Any, name: str) -> Any:
+    """A GPUSessionSpawner setting as this config sets it (None: not set)."""
+    cfg = c.get("GPUSessionSpawner") if hasattr(c, "get") else None
+    if cfg is not None and hasattr(cfg, "get") and name in cfg:
+        return cfg.get(name)
+    return None
 
 
 def _spawner_namespace(c: Any) -> str | None:

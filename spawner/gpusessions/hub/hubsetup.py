@@ -29,6 +29,7 @@ from typing import Any
 
 import jsonschema
 
+from gpusessions.core import kernels as K
 from gpusessions.core import queues as Q
 from gpusessions.core.sizes import DeviceMatch
 from gpusessions.hub.configure import configure_hub
@@ -239,6 +240,9 @@ def apply(c: Any, settings: Obj, culler_env: dict[str, str] | None = None) -> No
             setattr(c.NotebookJobDefinitions, trait, schedules[key])
     configure_hub(c)
     culler = settings.get("culler", {})
+    if culler.get("enabled") and culler.get("url"):
+        # The chart's culler Deployment reads the agents: nothing else (not the hub's pod).
+        g.agent_network_peers = [dict(K.CHART_CULLER)]
     if culler.get("enabled"):
         configure_culler(
             c,

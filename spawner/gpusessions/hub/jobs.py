@@ -39,6 +39,8 @@ from gpusessions.core.claims import GPURequest
 from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.progress import Refused
 from gpusessions.core.requests import configured, profile_settings, request_from
+from gpusessions.core.security import Contexts, ints
+from gpusessions.hub import usercode
 from gpusessions.hub.base import GPUSessionsAPIHandler
 from gpusessions.hub.jobsettings import NotebookJobs
 from gpusessions.hub.picker import figures_for
@@ -112,9 +114,17 @@ def settings_for(
         volume_mounts=tuple(mounts),
         env=_static_env(spawner, setting),
         resources=_resources(setting),
-        uid=_int(setting("uid")),
-        gid=_int(setting("gid")),
-        fs_gid=_int(setting("fs_gid")),
+        security=Contexts(
+            uid=_int(setting("uid")),
+            gid=_int(setting("gid")),
+            fs_gid=_int(setting("fs_gid")),
+            supplemental_gids=ints(setting("supplemental_gids")),
+            privileged=bool(setting("privileged")),
+            allow_privilege_escalation=setting("allow_privilege_escalation"),
+            container=dict(setting("container_security_context") or {}),
+            pod=dict(setting("pod_security_context") or {}),
+        ),
+        init_containers=usercode.init_containers(spawner, setting("init_containers")),
         node_selector=dict(setting("node_selector") or {}),
         tolerations=tuple(t for t in setting("tolerations") or () if isinstance(t, dict)),
         affinity=affinity_of(setting),

@@ -90,7 +90,14 @@ class KernelHost:
             metadata,
             lambda: self.api.create_network_policy(
                 K.build_network_policy(
-                    name, self.namespace, claim, k.port, k.agent_port, self.username, self.servername
+                    name,
+                    self.namespace,
+                    claim,
+                    k.port,
+                    k.agent_port,
+                    self.username,
+                    self.servername,
+                    k.agent_peers,
                 )
             ),
             self.api.delete_network_policy,

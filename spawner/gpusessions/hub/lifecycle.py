@@ -172,14 +172,22 @@ async def with_kernel_host(
     return result
 
 
-async def notebook_listening(url: str, timeout: float, interval: float) -> None:
-    """Until the notebook server at `url` (KubeSpawner's start result) accepts a connection,
-    looked at every `interval` seconds (jupyterhub's backoff, capped there) for `timeout`
-    seconds. `Refused` when it does not listen in time: its pod runs but the server inside does
-    not answer."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+async def notebook_listening(url: Any, timeout: float, interval: float) -> None:
+    """Until the notebook server at `url` (KubeSpawner's start result: a URL, or JupyterHub's
+    older `(ip, port)`) accepts a connection, looked at every `interval` seconds (jupyterhub's
+    backoff, capped there) for `timeout` seconds (`interval` 0, or no address: not looked for).
+    `Refused` when it does not listen in time: its pod runs but the server inside does not
+    answer."""
+    if isinstance(url, tuple) and len(url) == 2:
+        host, port = str(url[0]), int(url[1])
+    elif isinstance(url, str) and url:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    else:
+        return
+    if interval <= 0 or not host:
+        return
     try:
         await exponential_backoff(
             lambda: can_connect(host, port),

@@ -21,7 +21,7 @@ from gpusessions.core import kernels as K
 from gpusessions.core import labels as L
 from gpusessions.core import progress as P
 from gpusessions.core.progress import Refused as Refused
-from gpusessions.hub import steps
+from gpusessions.hub import agenttoken, steps
 from gpusessions.hub.kernelhost import KernelHost
 from gpusessions.hub.metrics import GPU_WAIT, WAITING
 from gpusessions.kube.api import SessionAPI
@@ -316,6 +316,8 @@ class GPUSession:
             return True
 
         async def create() -> Obj:
+            if self.holder.agent_token_secret:
+                await agenttoken.ensure(self.api, n.namespace, self.holder.agent_token_secret)
             body = C.build_holder_pod(
                 n.holder,
                 n.namespace,

@@ -35,7 +35,7 @@ from gpusessions.core.options import validate as validate_options
 from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.queues import QueuePolicy
 from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
-from gpusessions.hub import lifecycle, notices
+from gpusessions.hub import lifecycle, notices, usercode
 from gpusessions.hub.admission import Admission
 from gpusessions.hub.picker import figures_for, render_form
 from gpusessions.hub.reconcile import Reconcile
@@ -174,6 +174,8 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             image_pull_policy=self.image_pull_policy or None,
             network_policy=self.kernel_network_policy,
             agent_port=C.AGENT_PORT,
+            agent_peers=tuple(dict(p) for p in self.agent_network_peers if isinstance(p, dict)),
+            init_containers=usercode.init_containers(self, self.init_containers),
         )
 
     # -- the scheduler's queue (core/queues.py: QueuePolicy) --------------------------------
@@ -339,9 +341,8 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         return self._start_future
 
     async def _with_kernel_host(self, started: Any) -> Any:
-        """KubeSpawner's start (the notebook pod running), then the holder's kernel gateway
-        that was still starting when the notebook pod was made (`_prepare_gpu`), then the
-        notebook server listening (`notebook_listen_interval`)."""
+        """KubeSpawner's start (the notebook pod running), the holder's kernel gateway (still
+        starting when the pod was made), then the notebook server listening."""
 
         def host() -> asyncio.Future[str | None] | None:
             host, self._kernel_host = self._kernel_host, None
@@ -349,8 +350,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
 
         try:
             url = await lifecycle.with_kernel_host(started, host)
-            if self.notebook_listen_interval > 0:
-                await lifecycle.notebook_listening(url, self.http_timeout, self.notebook_listen_interval)
+            await lifecycle.notebook_listening(url, self.http_timeout, self.notebook_listen_interval)
             return url
         except Refused as e:
             raise SpawnRefused(e.message, reason=e.reason) from None

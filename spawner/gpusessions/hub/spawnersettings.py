@@ -24,6 +24,7 @@ from traitlets import (
     validate,
 )
 
+from gpusessions.core import claims as C
 from gpusessions.core import kernels as K
 from gpusessions.core import queues as Q
 from gpusessions.core.placement import AFFINITY_SETTINGS
@@ -152,12 +153,14 @@ class GPUSessionSettings(HasTraits):
         help="Image of the holder pod (runs the GPU agent). Set it to your registry's copy.",
     )
     agent_token_secret = Unicode(
-        "",
+        C.AGENT_TOKEN_SECRET,
         config=True,
         help="""Name of a Secret in the user namespace whose key `token` the holder's GPU agent
-        requires on its API (`Authorization: Bearer <token>`); give the culler the same token
-        (`configure_culler(..., agent_token=...)`). Empty: the agent's API is open to anyone who
-        can reach the holder pod (its NetworkPolicy aside).""",
+        requires on its API (`Authorization: Bearer <token>`); the hub makes it, with a random
+        token, the first time a holder needs it in a namespace (the Helm chart makes its own).
+        The culler reads it there (`configure_culler` passes `--agent-token-secret`) or is given
+        it (`configure_culler(..., agent_token=...)`, the chart). Empty: the agent's API is open
+        to anyone who can reach the holder pod (its NetworkPolicy aside): do not.""",
     )
     agent_interval = Float(
         0.0,
@@ -168,9 +171,12 @@ class GPUSessionSettings(HasTraits):
         a little CPU per holder.""",
     )
     holder_resources = Dict(
-        {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+        {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "96Mi"}},
         config=True,
-        help="`resources` of the holder container (requests and limits).",
+        help="""`resources` of the holder container, the GPU agent (requests and limits). The agent
+        holds about 30 MiB (resident, measured idle and under a flood of refused requests with the
+        simulated NVML: tests/unit/test_agent_guard.py); the limit leaves room for the real NVML
+        library. The kept kernels have their own container (`kernel_resources`).""",
     )
     gpu_keep_extension = Float(
         4 * 3600,
@@ -205,8 +211,29 @@ class GPUSessionSettings(HasTraits):
         True,
         config=True,
         help="""Create a NetworkPolicy per session that admits the kernel gateway's port only from
-        that session's notebook pod (owned by the claim; needs `create, get, delete` on
+        that session's notebook pod, and the GPU agent's only from that notebook and
+        `agent_network_peers` (owned by the claim; needs `create, get, delete` on
         `networkpolicies` in the user namespace). Off if your cluster manages policies itself.""",
+    )
+    agent_network_peers = List(
+        Dict(),
+        [dict(p) for p in K.AGENT_READERS],
+        config=True,
+        help="""NetworkPolicy peers (`from` entries) admitted to a holder's GPU agent port besides
+        the session's own notebook, in the per-session policy (`kernel_network_policy`): the
+        culler. The default: the Helm chart's culler pods and Zero to JupyterHub's hub pod (a
+        culler run by the hub, `configure_culler`, reads the agents from there); the chart's
+        settings (hubsetup) leave only its culler.""",
+    )
+    user_code_init_containers = List(
+        Unicode(),
+        ["block-cloud-metadata"],
+        config=True,
+        help="""Names of the spawner's `init_containers` that pods running user code beside the
+        notebook get too: the holder pod when it hosts kernels, and notebook jobs' pods. Zero to
+        JupyterHub's `block-cloud-metadata` (its `singleuser.cloudMetadata.blockWithIptables`,
+        on by default) is one: an iptables rule that keeps user code from the cloud metadata
+        server. [] gives them none.""",
     )
     kernel_resources = Dict(
         {},

@@ -8,6 +8,7 @@ into None and "already exists" into `Conflict`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import math
@@ -182,6 +183,16 @@ class SessionAPI:
         """The Secret's metadata only: the hub never needs the value."""
         r = await self._call(self.core.read_namespaced_secret, name, namespace)
         return self._dict(r.metadata) if r is not None else None
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """One key of a Secret, decoded (the culler's agent token); None when the Secret or the
+        key is missing or the value is not UTF-8 base64."""
+        r = await self._call(self.core.read_namespaced_secret, name, namespace)
+        value = ((r.data or {}) if r is not None else {}).get(key)
+        try:
+            return base64.b64decode(value).decode() if value else None
+        except ValueError:
+            return None
 
     async def create_secret(self, body: Obj) -> None:
         await self._call(self.core.create_namespaced_secret, body["metadata"]["namespace"], body)
