@@ -23,7 +23,6 @@ endpoints off too.
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -65,10 +64,7 @@ class DefinitionsBase(JobsBase):
         return user, spawner, cfg
 
     def _body(self) -> Any:
-        try:
-            return json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, "The request is not JSON.") from None
+        return self.json_body()
 
     def _check(self, body: Any, cfg: NotebookJobs) -> D.Definition:
         try:

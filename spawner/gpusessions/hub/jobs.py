@@ -22,7 +22,6 @@ Settings: `c.NotebookJobs.<trait>` (`jobsettings.py`).
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -305,10 +304,7 @@ class JobsHandler(JobsBase):
 
     async def post(self, user_name: str) -> None:
         user, spawner, cfg = self._begin(user_name, write=True)
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, "The request is not JSON.") from None
+        body = self.json_body()
         try:
             req = J.check_request(body, J.Limits(cfg.max_parameters, cfg.max_workers))
         except J.InvalidJob as e:
