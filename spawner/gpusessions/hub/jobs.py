@@ -393,13 +393,37 @@ class JobLogHandler(JobsBase):
             self._json({"id": job_id, "pod": None, "log": "", "message": "No pod has started yet."})
             return
         pod = pods[-1]["metadata"]["name"]
+        truncated = False
         try:
-            text = await api.pod_log(spawner.namespace, pod, J.CONTAINER, cfg.log_tail_lines)
+            text, truncated = await log_tail(
+                api, spawner.namespace, pod, cfg.log_tail_lines, cfg.log_max_bytes
+            )
         except KubeError as e:
             text, message = "", f"The log cannot be read yet: {e.message}"
         else:
             message = "" if text is not None else "The pod is gone."
-        self._json({"id": job_id, "pod": pod, "log": text or "", "message": message})
+        if truncated:
+            message = f"The log is long: only its last {cfg.log_max_bytes // 1024} KiB are shown."
+        self._json(
+            {"id": job_id, "pod": pod, "log": text or "", "message": message, "truncated": truncated}
+        )
+
+
+async def log_tail(api: Any, namespace: str, pod: str, lines: int, max_bytes: int) -> tuple[str | None, bool]:
+    """The end of a job pod's log in at most `max_bytes` bytes, and whether it was cut. The
+    kubelet's `limitBytes` keeps the start of what it sends, so the tail is asked for in ever
+    fewer lines until it fits (a single line longer than that: its first `max_bytes`)."""
+    n = lines
+    while True:
+        text = await api.pod_log(namespace, pod, J.CONTAINER, n, max_bytes + 1)
+        if text is None:
+            return None, False
+        data = text.encode("utf-8", errors="replace")
+        if len(data) <= max_bytes:
+            return text, n < lines
+        if n == 1:
+            return data[:max_bytes].decode("utf-8", errors="ignore"), True
+        n = max(1, n // 4)
 
 
 # Routes under the hub prefix (/hub/); `sizes` before `{id}`, which would match it too.
