@@ -94,7 +94,9 @@ def parse_json(
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise BadBody(400, f"The request's JSON has the number {text[:20]}, too large to be a time or amount.")
+        raise BadBody(
+            400, f"The request's JSON has the number {text[:20]}, too large to be a time or amount."
+        )
     return value
 
 

@@ -117,7 +117,8 @@ def _home_path(value: Any, what: str) -> str:
     if norm.startswith("-"):
         # papermill would read it as an option (`--cwd=/tmp/x.ipynb`); ./-x.ipynb normalizes to it.
         raise InvalidJob(
-            f"{what} {value[:80]!r} starts with '-', which a command line reads as an option: rename the notebook"
+            f"{what} {value[:80]!r} starts with '-', which a command line reads as an option: "
+            "rename the notebook"
         )
     if norm == "." or norm == ".." or norm.startswith("../"):
         raise InvalidJob(f"{what} {value[:80]!r} is outside your home folder")

@@ -209,7 +209,9 @@ class CullerApp(Application):
         limit = int(self.max_body_bytes)
         app = make_app(culler, prefix, keep_max=self.admin_keep_max, max_body_bytes=limit)
         # tornado's own limit (it closes the connection past it) well above ours, which answers in words.
-        app.listen(bind.port or 80, address=bind.hostname or "127.0.0.1", max_body_size=max(4 * limit, 1 << 20))
+        app.listen(
+            bind.port or 80, address=bind.hostname or "127.0.0.1", max_body_size=max(4 * limit, 1 << 20)
+        )
         logging.getLogger("gpusessions.culler").info(
             "culler on %s%s every %.0fs%s",
             bind.netloc,

@@ -326,7 +326,9 @@ class Culler:
             return False
         # An admin's keep is an exemption: no kept-at, so no contended limit on it.
         exempt = {KEEP_UNTIL: str(until), KEPT_AT: None, KEEP_FROM: None}
-        await self.cluster.annotate(namespace, claim, {**exempt, WARNED_AT: None, CULL_AT: None, CULL_REASON: None})
+        await self.cluster.annotate(
+            namespace, claim, {**exempt, WARNED_AT: None, CULL_AT: None, CULL_REASON: None}
+        )
         return True
 
     async def release(self, namespace: str, claim: str) -> bool:

@@ -183,7 +183,6 @@ class ActionHandler(_Admin):
         self.set_header("Content-Type", "application/json")
         self.write(json.dumps(body))
 
-
     def _keep_until(self) -> float:
         """The body's "until" (unix seconds or an ISO time), in the future and at most the app's
         `keep_max` seconds ahead; a 400 in words otherwise."""

@@ -16,9 +16,8 @@ from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import has_scope
 from tornado import web
 
-from gpusessions.core import bodies
+from gpusessions.core import bodies, scopes
 from gpusessions.core import labels as L
-from gpusessions.core import scopes
 from gpusessions.hub.apisettings import api_settings
 from gpusessions.hub.spawner import GPUSessionSpawner
 from gpusessions.kube.watch import cluster_view
@@ -54,9 +53,7 @@ class GPUSessionsAPIHandler(APIHandler):
         """The request's JSON, bounded (size, depth, no NaN or Infinity: `core.bodies`); a 400
         or 413 in words otherwise."""
         try:
-            return bodies.parse_json(
-                self.request.body, empty=empty, limit=api_settings(self).max_body_bytes
-            )
+            return bodies.parse_json(self.request.body, empty=empty, limit=api_settings(self).max_body_bytes)
         except bodies.BadBody as e:
             raise web.HTTPError(e.status, str(e)) from None
 

@@ -31,7 +31,7 @@ from tornado import web
 from gpusessions.core import jobdefs as D
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
-from gpusessions.hub.jobs import JobsBase, create_with_template, describe
+from gpusessions.hub.jobs import JobsBase, create_with_template, describe, user_lock
 from gpusessions.hub.jobsettings import NotebookJobDefinitions, NotebookJobs
 from gpusessions.kube.api import Conflict, KubeError
 from gpusessions.kube.jobdefs import DefinitionsAPI
@@ -123,17 +123,21 @@ class DefinitionsHandler(DefinitionsBase):
         cron, template = await self._build(user, spawner, cfg, def_id, d)
         api = DefinitionsAPI()
         ns = spawner.namespace
-        mine = [c for c in await _listed(api, ns, user_name) if D.owned_definition(c, user_name)]
-        limit = definition_settings(self).max_definitions
-        if len(mine) >= limit:
-            raise web.HTTPError(
-                429, f"You have {len(mine)} job definition(s), the most one user may have: delete one first."
-            )
-        try:  # the template is the CronJob's: it lives as long as the definition
-            created = await create_with_template(api, template, api.create_cronjob, cron, D.owner_reference)
-        except KubeError as e:
-            self.log.warning("Job definition of %s not created: %s", user_name, e)
-            raise web.HTTPError(502, f"The cluster refused the job definition: {e.message}") from None
+        async with user_lock(user_name):  # the count and the create, one request at a time
+            mine = [c for c in await _listed(api, ns, user_name) if D.owned_definition(c, user_name)]
+            limit = definition_settings(self).max_definitions
+            if len(mine) >= limit:
+                raise web.HTTPError(
+                    429,
+                    f"You have {len(mine)} job definition(s), the most one user may have: delete one first.",
+                )
+            try:  # the template is the CronJob's: it lives as long as the definition
+                created = await create_with_template(
+                    api, template, api.create_cronjob, cron, D.owner_reference
+                )
+            except KubeError as e:
+                self.log.warning("Job definition of %s not created: %s", user_name, e)
+                raise web.HTTPError(502, f"The cluster refused the job definition: {e.message}") from None
         self.log.info(
             "Job definition %s of %s: %s on %s, schedule %r (%s)",
             def_id,

@@ -22,6 +22,7 @@ Settings: `c.NotebookJobs.<trait>` (`jobsettings.py`).
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from dataclasses import dataclass
@@ -162,6 +163,16 @@ async def create_with_template(
 
 
 # -- handlers -------------------------------------------------------------------------------
+_user_locks: dict[str, asyncio.Lock] = {}
+
+
+def user_lock(user_name: str) -> asyncio.Lock:
+    """One of a user's job or definition creations at a time in this hub: a limit counted from
+    the API (`max_active_jobs`, `max_definitions`) then filled holds under concurrent requests
+    (the API's list shows a created object at once)."""
+    return _user_locks.setdefault(user_name, asyncio.Lock())
+
+
 @dataclass(frozen=True)
 class Prepared:
     """What a checked request runs with: the job settings, the size's GPU request (None: CPU
@@ -311,7 +322,6 @@ class JobsHandler(JobsBase):
             raise web.HTTPError(400, f"Invalid job: {e}.") from None
         prepared = await self._prepare(user, spawner, cfg, req)
         api = JobsAPI()
-        await self._check_active(api, spawner, user_name, cfg)
         settings, gpu, queue = prepared.settings, prepared.gpu, prepared.queue
         job_id = uuid.uuid4().hex[:12]
         ns = spawner.namespace
@@ -320,11 +330,13 @@ class JobsHandler(JobsBase):
         template = None
         if gpu is not None:
             template = J.build_claim_template(job_id, ns, user_name, gpu, settings.queue_labels)
-        try:
-            created = await create_with_template(api, template, api.create_job, job, J.owner_reference)
-        except KubeError as e:
-            self.log.warning("Notebook job of %s not created: %s", user_name, e)
-            raise web.HTTPError(502, f"The cluster refused the job: {e.message}") from None
+        async with user_lock(user_name):  # the count and the create, one request at a time
+            await self._check_active(api, spawner, user_name, cfg)
+            try:
+                created = await create_with_template(api, template, api.create_job, job, J.owner_reference)
+            except KubeError as e:
+                self.log.warning("Notebook job of %s not created: %s", user_name, e)
+                raise web.HTTPError(502, f"The cluster refused the job: {e.message}") from None
         self.log.info(
             "Notebook job %s of %s: %s on %s in queue %s (%s)",
             job_id,
@@ -404,9 +416,7 @@ class JobLogHandler(JobsBase):
             message = "" if text is not None else "The pod is gone."
         if truncated:
             message = f"The log is long: only its last {cfg.log_max_bytes // 1024} KiB are shown."
-        self._json(
-            {"id": job_id, "pod": pod, "log": text or "", "message": message, "truncated": truncated}
-        )
+        self._json({"id": job_id, "pod": pod, "log": text or "", "message": message, "truncated": truncated})
 
 
 async def log_tail(api: Any, namespace: str, pod: str, lines: int, max_bytes: int) -> tuple[str | None, bool]:

@@ -202,8 +202,16 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         wants = request is not None and request.wants_gpu
         n = self._names()
         admission = (
-            Admission(self._queues(), self._kai_queue, (n.namespace, n.claim), self.log, self._log_name)
-            if wants and self._kai_queue
+            Admission(
+                self._queues(),
+                self._kai_queue or None,
+                (n.namespace, n.claim),
+                self.log,
+                self._log_name,
+                user=self.user.name,
+                max_sessions=self.max_gpu_sessions_per_user,
+            )
+            if wants and (self._kai_queue or self.max_gpu_sessions_per_user > 0)
             else None
         )
         return GPUSession(

@@ -183,6 +183,15 @@ class GPUSessionSettings(HasTraits):
         holds only the culler's `keep_contended` from the warning. The JupyterLab panel and the
         hub home page say until when.""",
     )
+    max_gpu_sessions_per_user = Integer(
+        0,
+        min=0,
+        config=True,
+        help="""The most GPU sessions (claims: running or kept servers with a GPU) one user may
+        hold across their named servers; a start past it is refused in words and creates
+        nothing (a kept GPU of the same server is reused, never refused). Default 0: no
+        limit (JupyterHub's `named_server_limit_per_user` still bounds the servers).""",
+    )
     persist_kernels = Bool(
         True,
         config=True,
