@@ -66,7 +66,9 @@ def test_job_inputs_a_command_line_would_misread_are_refused(path: str, words: s
 
 
 def test_a_parameters_dollar_reaches_papermill_as_written() -> None:
-    req = J.check_request({"name": "n", "input": "a/x-y.ipynb", "size": "cpu", "parameters": {"p": "$(HOME)"}})
+    req = J.check_request(
+        {"name": "n", "input": "a/x-y.ipynb", "size": "cpu", "parameters": {"p": "$(HOME)"}}
+    )
     argv = J.papermill_argv(req, "abc")
     assert argv[1] == "a/x-y.ipynb" and json.loads(argv[-1].replace("$$", "$")) == {"p": "$(HOME)"}
     assert "$$(HOME)" in argv[-1]
@@ -109,6 +111,11 @@ def _claim(name: str, user: str, deleting: bool = False) -> dict[str, Any]:
 
 
 def test_a_users_sessions_count_across_named_servers() -> None:
-    claims = [_claim("gpu-a", "a"), _claim("gpu-a-two", "a"), _claim("gpu-a-old", "a", True), _claim("gpu-b", "b")]
+    claims = [
+        _claim("gpu-a", "a"),
+        _claim("gpu-a-two", "a"),
+        _claim("gpu-a-old", "a", True),
+        _claim("gpu-b", "b"),
+    ]
     assert user_sessions(claims, "a", None) == 2
     assert user_sessions(claims, "a", ("ns", "gpu-a")) == 1  # the claim being made is not counted
