@@ -61,8 +61,11 @@ class _Admin(HubOAuthenticated, web.RequestHandler):
         super().check_xsrf_cookie()
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """The refusal in its own words (an HTTPError's message), else the status's reason."""
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        words = exc.log_message if isinstance(exc, web.HTTPError) and exc.log_message else self._reason
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"status": status_code, "message": self._reason}))
+        self.finish(json.dumps({"status": status_code, "message": words}))
 
 
 # Ours first, then JupyterHub's own (page.html: navbar, styles, dark mode), as hub services may.
