@@ -59,9 +59,32 @@ export function lostKernelsMessage(ev: ILostKernels): string {
   );
 }
 
-/** What Keep answered: "Your GPU is kept until 15:05." */
-export function keptMessage(keptUntil: number | null | undefined): string {
-  return 'Your GPU is kept' + (keptUntil ? ' until ' + clock(keptUntil) : '') + '.';
+/** While someone waits: " (while another user waits for this size, only until 13:20)". */
+function contended(until: number | null | undefined): string {
+  return until ? ' (while another user waits for this size, only until ' + clock(until) + ')' : '';
+}
+
+/** What Keep answered: "Your GPU is kept until 15:05 (while another user waits ...)." */
+export function keptMessage(
+  keptUntil: number | null | undefined,
+  contendedUntil?: number | null
+): string {
+  return (
+    'Your GPU is kept' +
+    (keptUntil ? ' until ' + clock(keptUntil) : '') +
+    contended(contendedUntil) +
+    '.'
+  );
+}
+
+/** How long Keep holds, said with the warning: "Keep my GPU holds it until 15:05; ...". */
+export function keepHoldsText(w: IWarning): string {
+  return w.keep_until
+    ? ' Keep my GPU holds it until ' +
+        clock(w.keep_until) +
+        contended(w.keep_contended_until) +
+        '; it answers this warning once.'
+    : '';
 }
 
 /** The refusal's own words, else its HTTP status. */
@@ -127,9 +150,15 @@ export function keptText(keepOnStop: boolean | undefined): string {
 }
 
 /** "Kept: yes, and held off the culler until 15:05.", or null without a keep. */
-export function keptUntilText(keptUntil: number | null | undefined): string | null {
+export function keptUntilText(
+  keptUntil: number | null | undefined,
+  contendedUntil?: number | null
+): string | null {
   return keptUntil
-    ? 'Kept: yes, and held off the culler until ' + clock(keptUntil) + '.'
+    ? 'Kept: yes, and held off the culler until ' +
+        clock(keptUntil) +
+        contended(contendedUntil) +
+        '.'
     : null;
 }
 
@@ -139,7 +168,8 @@ export function panelWarning(w: IWarning): string {
     'This GPU and its notebook look idle: it will be released ' +
     (w.cull_at ? 'at ' + clock(w.cull_at) : 'soon') +
     (w.reason ? ' (' + w.reason + ')' : '') +
-    '.'
+    '.' +
+    keepHoldsText(w)
   );
 }
 

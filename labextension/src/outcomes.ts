@@ -6,6 +6,8 @@ import { IReply } from './types';
 
 export interface IKeepReply {
   kept_until?: number | null;
+  /** While another user waits for this size the keep holds only until then. */
+  contended_until?: number | null;
   message?: string;
 }
 
@@ -18,7 +20,7 @@ export interface IOutcome {
 /** "Your GPU is kept until 15:05.", or the hub's refusal in its own words. */
 export function keepOutcome(r: IReply<IKeepReply>): IOutcome {
   return r.ok
-    ? { ok: true, message: keptMessage(r.body.kept_until) }
+    ? { ok: true, message: keptMessage(r.body.kept_until, r.body.contended_until) }
     : { ok: false, message: refusal('keep your GPU', r.status, r.body) };
 }
 

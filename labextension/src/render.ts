@@ -86,7 +86,7 @@ export function renderPanel(node: HTMLElement, d: IReading, actions: IPanelActio
       row('Claim', st.claim || sess.claim || '?', 'claim')
     ])
   ];
-  const kept = keptUntilText(st.kept_until);
+  const kept = keptUntilText(st.kept_until, st.kept_contended_until);
   if (kept) {
     body.push(el('p', { 'data-gpu-field': 'kept-until' }, [kept]));
   }

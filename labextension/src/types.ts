@@ -18,6 +18,10 @@ export interface IWarning {
   reason?: string;
   /** When the culler releases the GPU (seconds since the epoch), if it said. */
   cull_at?: number | null;
+  /** Until when a keep pressed now holds, with nobody waiting for this size. */
+  keep_until?: number | null;
+  /** Until when it holds while another user waits for this size (counted from the warning). */
+  keep_contended_until?: number | null;
 }
 
 /** The hub's side: kept across stops or not, the warning, a keep in force. */
@@ -25,6 +29,8 @@ export interface IHubState {
   claim?: string;
   keep_on_stop?: boolean;
   kept_until?: number | null;
+  /** The keep in force holds only until then while another user waits for this size. */
+  kept_contended_until?: number | null;
   warning?: IWarning | null;
   error?: string;
 }

@@ -80,6 +80,7 @@ def test_user_is_warned_on_the_home_page_and_keeps_the_gpu(
     warning = page.locator(".gpusessions-warning")
     expect(warning).to_contain_text("will be released at", timeout=15000)
     expect(warning).to_contain_text("notebook and GPU idle")
+    expect(warning).to_contain_text("Keep my GPU holds it until")  # how long a keep holds
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "home-warning.png"), full_page=True)
     cull_at = float(api.get("ResourceClaim", "gpu-hal", namespace)["metadata"]["annotations"][CULL_AT])

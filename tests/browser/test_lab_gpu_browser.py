@@ -55,6 +55,7 @@ def test_jupyterlab_shows_the_gpu_keeps_it_and_releases_it(
     expect(panel.locator("[data-gpu-field=memory]")).to_contain_text("2.1 / 9.8 GiB in use")
     expect(panel.locator(f"[data-kernel='{k['id']}']")).to_contain_text("2.1 GiB")
     expect(panel.locator(".gpusessions-gpu-warning")).to_contain_text("will be released at")
+    expect(panel.locator(".gpusessions-gpu-warning")).to_contain_text("Keep my GPU holds it until")
     news = page.locator(".Toastify__toast").filter(has_text="Jupyter news")
     if news.count():  # JupyterLab's own question, not ours: out of the picture
         news.get_by_role("button", name="No", exact=True).click()

@@ -346,10 +346,8 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
         culler_looked_after(hub, time.time() + 3)  # within the keep: anna keeps her GPU, ben still waits
         assert _device(api, namespace, "gpu-anna") == device and not warned()
         assert _device(api, namespace, "gpu-ben") is None
-        # The keep runs out for the waiter's sake (--keep-contended): warned again, and shown
-        # again (the warning clears the keep, which would hide it).
-        again = waits.wait_for(warned, 30, "anna's second warning", lambda: hub.log_text()[-3000:])
-        assert "while 1 user waits for" in again[0]["reason"], again
+        # The keep runs out for the waiter's sake (--keep-contended, counted from the warning it
+        # answered): that warning counts as given, the cull follows without a second one.
         waits.wait_for(
             lambda: _claim_gone(api, namespace, "gpu-anna"),
             60,
@@ -358,9 +356,7 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
         )
         waits.wait_for(lambda: _device(api, namespace, "gpu-ben") == device, 30, "ben to get anna's GPU")
         log = hub.log_text()
-        assert (
-            log.count(f"warn {namespace}/gpu-anna") >= 2
-        )  # once more if the waiter was not seen for a cycle
+        assert log.count(f"warn {namespace}/gpu-anna") >= 1
         assert log.rindex(f"warn {namespace}/gpu-anna") < log.index(f"cull {namespace}/gpu-anna")
         assert value(metrics(hub), "gpusessions_culls_total", reason="gpu-idle-contended") == 1
         # The record: the reclaim, its warnings, and the time it gave back ahead of the plain
@@ -372,7 +368,7 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
         with urllib.request.urlopen(req, timeout=30) as r:
             record = json.loads(r.read())["record"]
         row = next(r for r in record["today"]["rows"] if r["profile"] == "solo")
-        assert row["reclaims"] == 1 and row["culls"] == 1 and row["warnings"] >= 2, row
+        assert row["reclaims"] == 1 and row["culls"] == 1 and row["warnings"] >= 1, row
         assert 0 < row["reclaimed"] <= 600 / 3600, row
         assert row["idle"] > 0 and row["held"] >= row["idle"], row
         reclaimed = value(

@@ -561,15 +561,48 @@ def test_a_users_keep_holds_only_keep_contended_while_someone_waits() -> None:
     mark_contention([a, b, waiter()], now, KEEPING)
     assert (a.waiters, b.waiters) == (0, 1)
     assert decide(a, now, KEEPING).action == NONE
-    now = T0 + H + 1800  # 30 min after the click: anna is the one idle longest, and is warned
+    now = T0 + H + 1800  # 30 min after the click: anna is the one idle longest
     a.waiters = b.waiters = 0
     mark_contention([a, b, waiter()], now, KEEPING)
     assert (a.waiters, b.waiters) == (1, 0)
+    # Her keep answered a warning: that warning counts as given, the cull follows (no second one).
     d = decide(a, now, KEEPING)
-    assert d.action == WARN and d.rule == "gpu-idle-contended"
-    assert d.at == now + 900  # the warning stands its full lead before the cull
-    a.warned_at, a.keep_until, a.kept_at = now, None, None  # the warning clears the keep
-    assert decide(a, now + 900, KEEPING).action == CULL
+    assert d.action == CULL and d.rule == "gpu-idle-contended"
+
+
+def test_a_contended_keep_counts_from_its_warning_not_from_the_click() -> None:
+    # Warned at T0 + 1 h, anna clicked Keep 14 min later; bob waits (keep_contended 30 min).
+    warned = T0 + H
+    a = idle_running("anna", idle_since=T0, keep_until=warned + 840 + 4 * H, kept_at=warned + 840)
+    a.keep_from = warned
+    a.waiters = 1
+    assert decide(a, warned + 1700, KEEPING).action == NONE  # within 30 min of the warning
+    assert decide(a, warned + 1801, KEEPING).action == CULL  # not 30 min from the click
+
+
+def test_keep_pressed_again_gains_nothing_while_someone_waits() -> None:
+    # A script's second keep (the hub refuses it without a new warning; were one written, it
+    # would carry the same warning): the cull comes when the first keep's time is up.
+    warned = T0 + H
+    for click in (warned + 10, warned + 1000, warned + 1700):
+        a = idle_running("anna", idle_since=T0, keep_until=click + 4 * H, kept_at=click)
+        a.keep_from, a.waiters = warned, 1
+        assert decide(a, warned + 1801, KEEPING).action == CULL
+
+
+def test_a_keep_that_ran_out_with_nobody_waiting_is_followed_by_a_new_warning() -> None:
+    a = idle_running("anna", idle_since=T0, keep_until=T0 + 5 * H, kept_at=T0 + H)
+    a.keep_from = T0 + H - 60
+    d = decide(a, T0 + 5 * H + 1, KEEPING)
+    assert d.action == WARN
+
+
+def test_a_keep_of_an_earlier_idle_stretch_does_not_count_as_a_warning() -> None:
+    # anna kept at T0 + 1 h, then used her GPU until T0 + 3 h: a new stretch needs a new warning.
+    a = idle_running("anna", idle_since=T0 + 3 * H, keep_until=T0 + 2 * H, kept_at=T0 + H)
+    a.keep_from, a.waiters = T0 + H - 60, 1
+    d = decide(a, T0 + 3 * H + 1800, KEEPING)
+    assert d.action == WARN
 
 
 def test_a_users_keep_holds_its_full_length_when_nobody_waits() -> None:
@@ -596,7 +629,8 @@ def test_keep_contended_off_or_per_profile() -> None:
     mark_contention([a, waiter()], T0 + 3 * H, per)
     assert a.waiters == 0 and decide(a, T0 + 3 * H, per).action == NONE
     mark_contention([a, waiter()], T0 + 4 * H, per)
-    assert a.waiters == 1 and decide(a, T0 + 4 * H, per).action == WARN
+    # 3 h after the keep's warning (the click here): that warning counts as given, the cull follows.
+    assert a.waiters == 1 and decide(a, T0 + 4 * H, per).action == CULL
 
 
 def test_a_stopped_servers_user_keep_also_yields_to_a_waiter_after_keep_contended() -> None:

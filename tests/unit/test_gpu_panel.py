@@ -24,15 +24,27 @@ def test_claim_state_reads_the_warning_and_a_keep_in_force() -> None:
             "gpusessions.io/warned-at": "100",
             "gpusessions.io/cull-at": "700",
             "gpusessions.io/cull-reason": "idle",
+            "gpusessions.io/keep-contended": "300",
         }
     )
-    assert claim_state(warned, now=200) == {
+    # The warning says what a keep now would give: 1 h (keep_for), or 300 s from the warning
+    # while someone waits.
+    assert claim_state(warned, now=200, keep_for=3600) == {
         "claim": "gpu-ann",
         "profile": "mig-1g-10gb",
         "allocated": True,
         "kept_until": None,
-        "warning": {"cull_at": 700.0, "reason": "idle"},
+        "kept_contended_until": None,
+        "warning": {"cull_at": 700.0, "reason": "idle", "keep_until": 3800, "keep_contended_until": 400.0},
     }
+    answered = _claim(
+        {
+            "gpusessions.io/keep-until": "4000",
+            "gpusessions.io/kept-warning-at": "100",
+            "gpusessions.io/keep-contended": "300",
+        }
+    )
+    assert claim_state(answered, now=200)["kept_contended_until"] == 400.0
     kept = _claim({"gpusessions.io/keep-until": "900", "gpusessions.io/warned-at": "100"})
     assert claim_state(kept, now=200)["kept_until"] == 900.0 and claim_state(kept, now=200)["warning"] is None
     # An expired keep is no keep; a bad number is ignored.

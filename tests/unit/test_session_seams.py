@@ -4,6 +4,7 @@ created, and the one adopt-or-create helper and the one poller behave as the thr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -46,7 +47,14 @@ class FakeAPI:
 class Admission:
     def __init__(self, refuse: bool = False) -> None:
         self.asked: list[C.GPURequest] = []
+        self.made: list[dict[str, Any]] = []
         self.refuse = refuse
+
+    def hold(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
+
+    def created(self, claim: dict[str, Any]) -> None:
+        self.made.append(claim)
 
     async def admit(self, request: C.GPURequest) -> dict[str, str]:
         self.asked.append(request)

@@ -108,6 +108,20 @@ describe('the idle warning', () => {
     );
     expect(panelWarning({})).toBe('This GPU and its notebook look idle: it will be released soon.');
   });
+  it('says in the panel how long a keep would hold', () => {
+    const keep = cull + 4 * 3600;
+    const contended = cull + 60;
+    expect(panelWarning({ cull_at: cull, keep_until: keep })).toBe(
+      'This GPU and its notebook look idle: it will be released at ' +
+        clock(cull) +
+        '. Keep my GPU holds it until ' +
+        clock(keep) +
+        '; it answers this warning once.'
+    );
+    expect(panelWarning({ cull_at: cull, keep_until: keep, keep_contended_until: contended })).toContain(
+      'until ' + clock(keep) + ' (while another user waits for this size, only until ' + clock(contended) + ')'
+    );
+  });
 });
 
 describe('the panel rows', () => {
@@ -136,6 +150,13 @@ describe('the panel rows', () => {
     const until = 1_800_000_000;
     expect(keptUntilText(until)).toBe('Kept: yes, and held off the culler until ' + clock(until) + '.');
     expect(keptUntilText(null)).toBeNull();
+    expect(keptUntilText(until, until - 600)).toBe(
+      'Kept: yes, and held off the culler until ' +
+        clock(until) +
+        ' (while another user waits for this size, only until ' +
+        clock(until - 600) +
+        ').'
+    );
   });
 });
 
@@ -151,6 +172,13 @@ describe('other words', () => {
   it('answers a keep', () => {
     expect(keptMessage(1_800_000_000)).toBe('Your GPU is kept until ' + clock(1_800_000_000) + '.');
     expect(keptMessage(null)).toBe('Your GPU is kept.');
+    expect(keptMessage(1_800_000_000, 1_799_990_000)).toBe(
+      'Your GPU is kept until ' +
+        clock(1_800_000_000) +
+        ' (while another user waits for this size, only until ' +
+        clock(1_799_990_000) +
+        ').'
+    );
   });
   it("gives a refusal in the hub's words, else its status", () => {
     expect(refusal('keep your GPU', 409, { message: 'Your GPU is being released' })).toBe(

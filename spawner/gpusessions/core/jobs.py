@@ -111,7 +111,16 @@ def _home_path(value: Any, what: str) -> str:
         raise InvalidJob(f"{what} has characters a path may not have")
     if value.startswith(("/", "~")):
         raise InvalidJob(f"{what} must be relative to your home folder, not {value[:80]!r}")
+    if "$(" in value:
+        # Kubernetes expands $(NAME) in a container's command line.
+        raise InvalidJob(f"{what} {value[:80]!r} has '$(', which Kubernetes would expand as a variable")
     norm = posixpath.normpath(value)
+    if norm.startswith("-"):
+        # papermill would read it as an option (`--cwd=/tmp/x.ipynb`); ./-x.ipynb normalizes to it.
+        raise InvalidJob(
+            f"{what} {value[:80]!r} starts with '-', which a command line reads as an option: "
+            "rename the notebook"
+        )
     if norm == "." or norm == ".." or norm.startswith("../"):
         raise InvalidJob(f"{what} {value[:80]!r} is outside your home folder")
     if not norm.endswith(".ipynb"):
@@ -229,7 +238,8 @@ def papermill_argv(request: JobRequest, job_id: str, papermill: str = "papermill
     argv = [papermill, request.input, out, "--cwd", posixpath.dirname(request.input) or "."]
     if request.parameters:
         # JSON is YAML: papermill reads the values with their types.
-        argv += ["-y", json.dumps(dict(request.parameters), sort_keys=True)]
+        # `$$` is Kubernetes' escape of `$`: a value's `$(HOME)` reaches the notebook as written.
+        argv += ["-y", json.dumps(dict(request.parameters), sort_keys=True).replace("$", "$$")]
     return argv
 
 

@@ -42,6 +42,13 @@ KEEP_UNTIL = "gpusessions.io/keep-until"
 # When the user answered a warning with "Keep my GPU" (an admin's exemption has none): while
 # someone waits for that size the culler honours a user's keep only `keep_contended` from here.
 KEPT_AT = "gpusessions.io/kept-at"
+# The warning a user's keep answered (its `warned-at`): while someone waits for that size the
+# culler counts `keep_contended` from this warning, not from the click, and a keep whose hold
+# ran out under contention counts as that warning given (no new warning, no second keep).
+KEEP_FROM = "gpusessions.io/kept-warning-at"
+# Written with each warning: seconds a keep of it holds from the warning while someone waits
+# for that size (the culler's `keep_contended` of the profile; what the hub tells the user).
+KEEP_CONTENDED = "gpusessions.io/keep-contended"
 WARNED_AT = "gpusessions.io/warned-at"
 STOPPED_SINCE = "gpusessions.io/stopped-since"
 CULL_AT = "gpusessions.io/cull-at"

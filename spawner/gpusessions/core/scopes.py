@@ -17,6 +17,8 @@ SERVER_TOKEN = ("access:servers!server", "users:activity!user", "read:servers!se
 # The scopes the hub's endpoints check: reading a server's GPU, and acting on it.
 READ_SERVERS = "read:servers"
 SERVERS = "servers"
+# Reading GPU availability (the team's quota, the cluster's figures): the right to use one's servers.
+ACCESS_SERVERS = "access:servers"
 
 
 def on_user_or_server(scope: str, user: str, server: str | None) -> list[str]:

@@ -160,6 +160,16 @@ class CullerApp(Application):
         GPU agents require, read from the cluster (needs get on that Secret); the spawner's
         `agent_token_secret`. GPUSESSIONS_AGENT_TOKEN, when set, is used instead""",
     ).tag(config=True)
+    admin_keep_max = LastFloat(
+        30 * 86400.0,
+        help="the longest keep an admin may give a session from the admin page or its API, in "
+        "seconds ahead (a later or non-finite time is refused with a 400)",
+    ).tag(config=True)
+    max_body_bytes = LastFloat(
+        64 * 1024,
+        help="the largest request body, in bytes, the culler's web routes read (a larger one is "
+        "answered 413 before it is parsed)",
+    ).tag(config=True)
     config_file = LastUnicode("", help="a config file (Python or JSON) setting any of these").tag(config=True)
 
     aliases = {
@@ -180,6 +190,8 @@ class CullerApp(Application):
         "namespace": "CullerApp.namespace",
         "history-file": "CullerApp.history_file",
         "agent-token-secret": "CullerApp.agent_token_secret",
+        "admin-keep-max": "CullerApp.admin_keep_max",
+        "max-body-bytes": "CullerApp.max_body_bytes",
         "config": "CullerApp.config_file",
     }
     flags = {
@@ -260,7 +272,12 @@ class CullerApp(Application):
             _TASKS.append(
                 asyncio.ensure_future(note_forever(cluster, min(self.interval, 30.0), self.dry_run))
             )
-        make_app(culler, prefix).listen(bind.port or 80, address=bind.hostname or "127.0.0.1")
+        limit = int(self.max_body_bytes)
+        app = make_app(culler, prefix, keep_max=self.admin_keep_max, max_body_bytes=limit)
+        # tornado's own limit (it closes the connection past it) well above ours, which answers in words.
+        app.listen(
+            bind.port or 80, address=bind.hostname or "127.0.0.1", max_body_size=max(4 * limit, 1 << 20)
+        )
         logging.getLogger("gpusessions.culler").info(
             "culler on %s%s every %.0fs%s",
             bind.netloc,

@@ -13,7 +13,8 @@ those stopped longest first: one waiter does not cost three users their kept GPU
 left over after the kept GPUs mark running sessions of the same request whose GPU is idle
 (no busy reading from a reliable agent), those idle longest first: the policy may reclaim
 them after `gpu_idle_limit_contended`. A session exempt ("keep until") or with a busy GPU
-is never marked; a user's "Keep my GPU" exempts only `keep_contended` after the click.
+is never marked; a user's "Keep my GPU" exempts only `keep_contended` after the warning it
+answered.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 
 from gpusessions.culler.model import Session
-from gpusessions.culler.policy import Policy, gpu_idle_since
+from gpusessions.culler.policy import Policy, gpu_idle_since, keep_counts_from
 
 
 def request_key(s: Session) -> str:
@@ -42,11 +43,11 @@ def is_waiter(s: Session) -> bool:
 
 def _exempt(s: Session, now: float, policy: Policy | None) -> bool:
     """An exemption that holds even while someone waits (an admin's keep, or a user's keep
-    clicked less than `keep_contended` ago)."""
+    whose warning came less than `keep_contended` ago)."""
     if s.keep_until is None or s.keep_until <= now:
         return False
     limit = (policy.for_profile(s.profile) if policy else Policy().rules).keep_contended
-    return s.kept_at is None or limit <= 0 or now < s.kept_at + limit
+    return s.kept_at is None or limit <= 0 or now < keep_counts_from(s) + limit
 
 
 def _kept(s: Session, now: float, policy: Policy | None = None) -> bool:

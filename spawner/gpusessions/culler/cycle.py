@@ -23,6 +23,8 @@ from gpusessions.culler.metrics import exposition
 from gpusessions.culler.model import (
     CULL_AT,
     CULL_REASON,
+    KEEP_CONTENDED,
+    KEEP_FROM,
     KEEP_UNTIL,
     KEPT_AT,
     STOPPED_SINCE,
@@ -226,10 +228,13 @@ class Culler:
                 WARNED_AT: str(now),
                 CULL_AT: str(d.at or now),
                 CULL_REASON: d.reason[:200],
+                # How long a keep of this warning holds while someone waits (the hub says so).
+                KEEP_CONTENDED: str(self.policy.for_profile(s.profile).keep_contended),
             }
             if s.keep_until is not None:
                 warning[KEEP_UNTIL] = None
                 warning[KEPT_AT] = None
+                warning[KEEP_FROM] = None
             await self.cluster.annotate(s.namespace, s.claim, warning)
         elif d.action == CULL:
             self.culls[d.rule or "idle"] += 1
@@ -305,13 +310,18 @@ class Culler:
         """The Prometheus exposition of this state (what /metrics serves)."""
         return exposition(self)
 
-    async def keep(self, namespace: str, claim: str, until: float) -> None:
+    async def keep(self, namespace: str, claim: str, until: float) -> bool:
+        """An admin's keep of a session (a claim of ours the watch holds); False when there is none."""
+        claims = getattr(self.cluster, "claims", None)
+        known = claims.objects.get(f"{namespace}/{claim}") if claims is not None else None
+        if known is None and not any(x.namespace == namespace and x.claim == claim for x in self.sessions):
+            return False
+        # An admin's keep is an exemption: no kept-at, so no contended limit on it.
+        exempt = {KEEP_UNTIL: str(until), KEPT_AT: None, KEEP_FROM: None}
         await self.cluster.annotate(
-            namespace,
-            claim,
-            # An admin's keep is an exemption: no kept-at, so no contended limit on it.
-            {KEEP_UNTIL: str(until), KEPT_AT: None, WARNED_AT: None, CULL_AT: None, CULL_REASON: None},
+            namespace, claim, {**exempt, WARNED_AT: None, CULL_AT: None, CULL_REASON: None}
         )
+        return True
 
     async def release(self, namespace: str, claim: str) -> bool:
         s = next((x for x in self.sessions if x.namespace == namespace and x.claim == claim), None)

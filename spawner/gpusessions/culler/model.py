@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +10,8 @@ from gpusessions.core import labels as L
 from gpusessions.core.claims import allocated_devices, allocated_node, allocation, describe_spec
 from gpusessions.core.labels import CULL_AT as CULL_AT
 from gpusessions.core.labels import CULL_REASON as CULL_REASON
+from gpusessions.core.labels import KEEP_CONTENDED as KEEP_CONTENDED
+from gpusessions.core.labels import KEEP_FROM as KEEP_FROM
 from gpusessions.core.labels import KEEP_UNTIL as KEEP_UNTIL
 from gpusessions.core.labels import KEPT_AT as KEPT_AT
 from gpusessions.core.labels import STOPPED_SINCE as STOPPED_SINCE
@@ -56,6 +59,7 @@ class Session:
     # from the claim's annotations (the culler's memory across restarts)
     keep_until: float | None = None
     kept_at: float | None = None  # when the user clicked Keep my GPU (None: an admin's exemption)
+    keep_from: float | None = None  # the warning that keep answered (contended keeps count from it)
     warned_at: float | None = None
     stopped_since: float | None = None
     # from the other sessions (contention.py): users waiting for this stopped session's size
@@ -125,6 +129,7 @@ def session_from_claim(claim: Obj) -> Session:
         devices=[f"{p}/{d}" for _, p, d in allocated_devices(claim)],
         keep_until=annotation_time(ann.get(KEEP_UNTIL)),
         kept_at=annotation_time(ann.get(KEPT_AT)),
+        keep_from=annotation_time(ann.get(KEEP_FROM)),
         warned_at=annotation_time(ann.get(WARNED_AT)),
         stopped_since=annotation_time(ann.get(STOPPED_SINCE)),
     )
@@ -135,9 +140,10 @@ def annotation_time(v: str | None) -> float | None:
     if v is None:
         return None
     try:
-        return float(v)
+        t = float(v)
     except ValueError:
         return epoch(v)
+    return t if math.isfinite(t) else None  # "nan" or "inf" on a claim: no time (a NaN keep holds nothing)
 
 
 def join(claims: list[Obj], holders: list[Obj], hub_users: list[Obj]) -> tuple[list[Session], list[Obj]]:

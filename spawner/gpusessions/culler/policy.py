@@ -26,8 +26,11 @@
 - Every cull is announced first: a warning at least `warn_before` seconds
   before it; activity after the warning clears it.
 - `keep_until` (an admin's or the user's exemption) holds everything; but a user's "Keep my
-  GPU" (the claim says when: `kept_at`) holds only `keep_contended` seconds (0: its full
-  length) while another user waits for a GPU of the same request (see contention.py).
+  GPU" (the claim says when: `kept_at`, and the warning it answered: `keep_from`) holds only
+  `keep_contended` seconds from that warning (0: its full length) while another user waits
+  for a GPU of the same request (see contention.py). When such a keep no longer holds, the
+  warning it answered counts as given: the cull follows without a second warning, so a keep
+  gains a session at most `keep_contended` after its warning, however often it is pressed.
 - Orphans (no hub user or server for the claim) are released after `orphan_grace`.
 - A session whose node is gone is stopped and released at once (exemptions do not hold it).
 - Per-profile overrides change any of these; `dry_run` decides but never acts.
@@ -146,12 +149,29 @@ def keep_holds(s: Session, now: float, r: Rules) -> bool:
 
     An admin's keep (no `kept_at`) holds to its end. A user's Keep my GPU holds to its end too,
     except while someone waits for a GPU of its request (`waiters`, from contention.py): then
-    only `keep_contended` seconds after the click (0: to its end)."""
+    only `keep_contended` seconds after the warning it answered (0: to its end)."""
     if s.keep_until is None or s.keep_until <= now:
         return False
     if s.kept_at is not None and s.waiters and r.keep_contended > 0:
-        return now < s.kept_at + r.keep_contended
+        return now < keep_counts_from(s) + r.keep_contended
     return True
+
+
+def keep_counts_from(s: Session) -> float:
+    """Where a user's keep counts from while someone waits: the warning it answered (older keeps
+    recorded only the click)."""
+    return s.keep_from if s.keep_from is not None else (s.kept_at or 0.0)
+
+
+def _answered_warning(s: Session, r: Rules, since: float | None) -> float | None:
+    """The warning a user's keep answered, when that keep no longer holds because someone waits
+    and it answered a warning of this same stretch (after `since`, the idle or stopped time the
+    cull counts from): that warning counts as given. None otherwise (a keep that ran out with
+    nobody waiting is followed by a new warning)."""
+    if s.kept_at is None or s.keep_until is None or not s.waiters or r.keep_contended <= 0:
+        return None
+    at = keep_counts_from(s)
+    return at if since is None or at >= since else None
 
 
 def _users(n: int) -> str:
@@ -182,6 +202,7 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         return Decision(NONE, f"server is {s.pending}")
 
     deadline: float | None = None
+    since: float | None = None  # what the deadline counts from
     why = rule = ""
     lead = r.warn_before  # how long a warning stands before the cull
     if s.running:
@@ -190,9 +211,11 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         idle = _idle_since(s)
         if idle is not None:
             deadline, why, rule = idle + r.idle_limit, f"notebook and GPU idle for {_dur(now - idle)}", "idle"
+            since = idle
         elif not s.gpu_read and r.cull_unread_on_hub_idle and (idle := hub_idle_since(s)) is not None:
             why = f"notebook idle for {_dur(now - idle)}; its GPU could not be read ({s.gpu_unread_why})"
             deadline, rule = idle + r.idle_limit, "idle-unread"
+            since = idle
         gpu_idle = gpu_idle_since(s)
         if (
             gpu_idle is not None
@@ -203,7 +226,7 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
             nb = s.notebook_last_activity
             if nb is not None and nb > gpu_idle:
                 why += f" although the notebook was active {_dur(now - nb)} ago"
-            deadline, rule = gpu_idle + r.gpu_idle_limit, "gpu-idle"
+            deadline, rule, since = gpu_idle + r.gpu_idle_limit, "gpu-idle", gpu_idle
         limit = r.gpu_idle_limit_contended
         if (
             gpu_idle is not None
@@ -214,9 +237,10 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
             size = s.size or s.profile or "this size"
             why = f"GPU idle for {_dur(now - gpu_idle)} while {_users(s.waiters)} for {size}"
             deadline, rule, lead = gpu_idle + limit, "gpu-idle-contended", min(r.warn_before, limit)
+            since = gpu_idle
         if r.max_age > 0 and s.created is not None and (deadline is None or s.created + r.max_age < deadline):
             deadline, why = s.created + r.max_age, f"older than the maximum age ({_dur(r.max_age)})"
-            rule, lead = "max-age", r.warn_before
+            rule, lead, since = "max-age", r.warn_before, s.created
         final = CULL
     else:
         if s.stopped_since is None:
@@ -228,7 +252,7 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
             lead = min(r.warn_before, keep)
             size = s.size or s.profile or "this size"
             why = f"stopped {_dur(now - s.stopped_since)} while {_users(s.waiters)} for {size}"
-        deadline = s.stopped_since + keep
+        deadline, since = s.stopped_since + keep, s.stopped_since
         final = RELEASE
 
     again = (
@@ -248,8 +272,9 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         if s.warned_at is not None:
             return Decision(UNWARN, again)
         return Decision(NONE, why or "within limits", deadline, rule)
-    if s.warned_at is None:
+    warned = s.warned_at if s.warned_at is not None else _answered_warning(s, r, since)
+    if warned is None:
         return Decision(WARN, why, max(deadline, now + lead), rule)
-    if now >= deadline and now - s.warned_at >= lead:
+    if now >= deadline and now - warned >= lead:
         return Decision(final, why, deadline, rule)
-    return Decision(NONE, f"warned; {why}", max(deadline, s.warned_at + lead), rule)
+    return Decision(NONE, f"warned; {why}", max(deadline, warned + lead), rule)

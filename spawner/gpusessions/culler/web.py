@@ -12,6 +12,7 @@ JSON list of sessions at /services/gpusessions/api/sessions, metrics (no login) 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from gpusessions.core import scopes
+from gpusessions.core import bodies, scopes
 from gpusessions.core.timestamps import epoch, rfc3339
 from gpusessions.culler import jobs as culler_jobs
 from gpusessions.culler import summary
@@ -42,6 +43,17 @@ class _Admin(HubOAuthenticated, web.RequestHandler):
     def initialize(self, culler: Culler) -> None:
         self.culler = culler
 
+    def prepare(self) -> None:
+        """A body past the app's `max_body_bytes` is a 413 before anything reads it."""
+        try:
+            bodies.check_size(
+                self.request.headers.get("Content-Length"),
+                len(self.request.body or b""),
+                self.settings["max_body_bytes"],
+            )
+        except bodies.BadBody as e:
+            raise web.HTTPError(e.status, str(e)) from None
+
     def check_xsrf_cookie(self) -> None:
         """Browser (cookie) requests need the page's XSRF token; token requests carry no cookie risk."""
         if self.request.headers.get("Authorization", "").lower().startswith(("token ", "bearer ")):
@@ -49,8 +61,11 @@ class _Admin(HubOAuthenticated, web.RequestHandler):
         super().check_xsrf_cookie()
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """The refusal in its own words (an HTTPError's message), else the status's reason."""
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        words = exc.log_message if isinstance(exc, web.HTTPError) and exc.log_message else self._reason
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"status": status_code, "message": self._reason}))
+        self.finish(json.dumps({"status": status_code, "message": words}))
 
 
 # Ours first, then JupyterHub's own (page.html: navbar, styles, dark mode), as hub services may.
@@ -161,18 +176,38 @@ class ActionHandler(_Admin):
                 raise web.HTTPError(404, f"no session {namespace}/{claim}")
             body: Obj = {"released": True}
         elif action == "keep":
-            data = json.loads(self.request.body or b"{}")
-            until = data.get("until")
-            ts = float(until) if isinstance(until, (int, float)) else epoch(until)
-            if ts is None:
-                raise web.HTTPError(400, 'give "until" as unix seconds or an ISO time')
-            await self.culler.keep(namespace, claim, ts)
+            ts = self._keep_until()
+            if not await self.culler.keep(namespace, claim, ts):
+                raise web.HTTPError(404, f"no session {namespace}/{claim}")
             body = {"kept_until": rfc3339(ts)}
         else:
             raise web.HTTPError(404)
         self.settings["page_data"].invalidate()
         self.set_header("Content-Type", "application/json")
         self.write(json.dumps(body))
+
+    def _keep_until(self) -> float:
+        """The body's "until" (unix seconds or an ISO time), in the future and at most the app's
+        `keep_max` seconds ahead; a 400 in words otherwise."""
+        wanted = 'give {"until": <unix seconds or an ISO time>}'
+        try:
+            data = bodies.parse_json_object(self.request.body, limit=self.settings["max_body_bytes"])
+        except bodies.BadBody as e:
+            raise web.HTTPError(e.status, f"{e} ({wanted})") from None
+        until = data.get("until")
+        if isinstance(until, bool) or not isinstance(until, (int, float, str)):
+            raise web.HTTPError(400, wanted)
+        ts = float(until) if isinstance(until, (int, float)) else epoch(until)
+        now, most = time.time(), float(self.settings["keep_max"])
+        if ts is None or not math.isfinite(ts):
+            raise web.HTTPError(400, wanted)
+        if ts <= now:
+            raise web.HTTPError(400, f'"until" is in the past ({rfc3339(ts)}): give a time to come')
+        if ts > now + most:
+            raise web.HTTPError(
+                400, f'"until" is more than {most / 86400:g} days ahead, the longest keep this culler grants'
+            )
+        return ts
 
 
 class MetricsHandler(web.RequestHandler):
@@ -184,7 +219,15 @@ class MetricsHandler(web.RequestHandler):
         self.write(self.culler.metrics())
 
 
-def make_app(culler: Culler, prefix: str) -> web.Application:
+def make_app(
+    culler: Culler,
+    prefix: str,
+    *,
+    keep_max: float = 30 * 86400.0,
+    max_body_bytes: int = bodies.MAX_BODY_BYTES,
+) -> web.Application:
+    """`keep_max`: the longest admin keep, in seconds ahead; `max_body_bytes`: the largest
+    request body any route reads (413 past it)."""
     kw = {"culler": culler}
     return web.Application(
         [
@@ -201,4 +244,6 @@ def make_app(culler: Culler, prefix: str) -> web.Application:
         compress_response=True,
         page_data=PageData(culler),
         service_prefix=prefix,
+        keep_max=keep_max,
+        max_body_bytes=max_body_bytes,
     )

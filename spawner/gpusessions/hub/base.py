@@ -16,8 +16,9 @@ from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import has_scope
 from tornado import web
 
+from gpusessions.core import bodies, scopes
 from gpusessions.core import labels as L
-from gpusessions.core import scopes
+from gpusessions.hub.apisettings import api_settings
 from gpusessions.hub.spawner import GPUSessionSpawner
 from gpusessions.kube.watch import cluster_view
 
@@ -31,6 +32,30 @@ def is_gpusessions(spawner: Any) -> bool:
 
 class GPUSessionsAPIHandler(APIHandler):
     """The helpers of every /hub/api/gpusessions/ endpoint."""
+
+    async def prepare(self) -> None:
+        """Every route: a body past `c.GPUSessionsAPI.max_body_bytes` is a 413 before anything
+        reads it, even before the login is looked up."""
+        self.check_body_size()
+        await super().prepare()
+
+    def check_body_size(self) -> None:
+        try:
+            bodies.check_size(
+                self.request.headers.get("Content-Length"),
+                len(self.request.body or b""),
+                api_settings(self).max_body_bytes,
+            )
+        except bodies.BadBody as e:
+            raise web.HTTPError(e.status, str(e)) from None
+
+    def json_body(self, empty: Any = None) -> Any:
+        """The request's JSON, bounded (size, depth, no NaN or Infinity: `core.bodies`); a 400
+        or 413 in words otherwise."""
+        try:
+            return bodies.parse_json(self.request.body, empty=empty, limit=api_settings(self).max_body_bytes)
+        except bodies.BadBody as e:
+            raise web.HTTPError(e.status, str(e)) from None
 
     def user_and_spawner(self, user_name: str, server_name: str) -> tuple[Any, Any]:
         """The user and the spawner of one of their servers, or a 404 that says which is missing."""

@@ -21,7 +21,6 @@ lasting record) is read as well.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from typing import Any
@@ -77,8 +76,8 @@ def _claim_of(spawner: Any) -> dict[str, Any] | None:
 class CullHandler(GPUSessionsAPIHandler):
     @needs_scope(scopes.SERVERS)
     async def post(self, user_name: str, server_name: str = "") -> None:
+        body = self.json_body()
         try:
-            body = json.loads(self.request.body or b"{}")
             since = float(body.get("since"))
             reason = str(body.get("reason") or "idle")[:200]
         except (ValueError, TypeError, AttributeError):

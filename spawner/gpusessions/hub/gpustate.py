@@ -19,6 +19,7 @@ from gpusessions.core import labels as L
 from gpusessions.core import scopes
 from gpusessions.hub import notices
 from gpusessions.hub.base import GPUSessionsAPIHandler
+from gpusessions.hub.keep import contended_until, keep_seconds, standing_warning
 from gpusessions.kube.watch import cluster_view
 
 
@@ -29,21 +30,34 @@ def _float(value: str | None) -> float | None:
         return None
 
 
-def claim_state(claim: dict[str, Any] | None, now: float | None = None) -> dict[str, Any]:
-    """What the culler wrote on the claim, as the panel shows it."""
+def claim_state(
+    claim: dict[str, Any] | None, now: float | None = None, keep_for: float = 4 * 3600
+) -> dict[str, Any]:
+    """What the culler wrote on the claim, as the panel shows it; `keep_for`: how long a keep
+    holds with nobody waiting (the spawner's `gpu_keep_extension`)."""
     if claim is None:
         return {"claim": None}
     now = time.time() if now is None else now
     ann = claim["metadata"].get("annotations") or {}
     keep_until = _float(ann.get(L.KEEP_UNTIL))
-    warned = bool(ann.get(L.WARNED_AT)) and not (keep_until and keep_until > now)
+    kept = keep_until is not None and keep_until > now
+    warned = standing_warning(claim, now)
     return {
         "claim": claim["metadata"]["name"],
         "profile": ann.get(L.PROFILE_ANNOTATION, ""),
         "allocated": bool(((claim.get("status") or {}).get("allocation") or {}).get("devices")),
-        "kept_until": keep_until if keep_until and keep_until > now else None,
+        "kept_until": keep_until if kept else None,
+        # A user's keep while someone waits for this size: until then only (from its warning).
+        "kept_contended_until": contended_until(claim, _float(ann.get(L.KEEP_FROM))) if kept else None,
         "warning": (
-            {"cull_at": _float(ann.get(L.CULL_AT)), "reason": ann.get(L.CULL_REASON, "")} if warned else None
+            {
+                "cull_at": _float(ann.get(L.CULL_AT)),
+                "reason": ann.get(L.CULL_REASON, ""),
+                "keep_until": now + keep_for,
+                "keep_contended_until": contended_until(claim, warned),
+            }
+            if warned is not None
+            else None
         ),
     }
 
@@ -59,7 +73,7 @@ class GPUStateHandler(GPUSessionsAPIHandler):
             for c in self.claims_of(user_name)
             if (c["metadata"].get("annotations") or {}).get(L.SERVER_ANNOTATION, "") == server
         ]
-        out = claim_state(mine[0] if mine else None)
+        out = claim_state(mine[0] if mine else None, keep_for=keep_seconds(spawner))
         out["keep_on_stop"] = bool(getattr(spawner, "keep_gpu_on_stop", False))
         out["notices"] = notices.for_user(user_name, server)
         self.write_json(out)

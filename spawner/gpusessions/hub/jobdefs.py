@@ -23,7 +23,6 @@ endpoints off too.
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -32,7 +31,7 @@ from tornado import web
 from gpusessions.core import jobdefs as D
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
-from gpusessions.hub.jobs import JobsBase, create_with_template, describe
+from gpusessions.hub.jobs import JobsBase, create_with_template, describe, user_lock
 from gpusessions.hub.jobsettings import NotebookJobDefinitions, NotebookJobs
 from gpusessions.kube.api import Conflict, KubeError
 from gpusessions.kube.jobdefs import DefinitionsAPI
@@ -65,10 +64,7 @@ class DefinitionsBase(JobsBase):
         return user, spawner, cfg
 
     def _body(self) -> Any:
-        try:
-            return json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, "The request is not JSON.") from None
+        return self.json_body()
 
     def _check(self, body: Any, cfg: NotebookJobs) -> D.Definition:
         try:
@@ -127,17 +123,21 @@ class DefinitionsHandler(DefinitionsBase):
         cron, template = await self._build(user, spawner, cfg, def_id, d)
         api = DefinitionsAPI()
         ns = spawner.namespace
-        mine = [c for c in await _listed(api, ns, user_name) if D.owned_definition(c, user_name)]
-        limit = definition_settings(self).max_definitions
-        if len(mine) >= limit:
-            raise web.HTTPError(
-                429, f"You have {len(mine)} job definition(s), the most one user may have: delete one first."
-            )
-        try:  # the template is the CronJob's: it lives as long as the definition
-            created = await create_with_template(api, template, api.create_cronjob, cron, D.owner_reference)
-        except KubeError as e:
-            self.log.warning("Job definition of %s not created: %s", user_name, e)
-            raise web.HTTPError(502, f"The cluster refused the job definition: {e.message}") from None
+        async with user_lock(user_name):  # the count and the create, one request at a time
+            mine = [c for c in await _listed(api, ns, user_name) if D.owned_definition(c, user_name)]
+            limit = definition_settings(self).max_definitions
+            if len(mine) >= limit:
+                raise web.HTTPError(
+                    429,
+                    f"You have {len(mine)} job definition(s), the most one user may have: delete one first.",
+                )
+            try:  # the template is the CronJob's: it lives as long as the definition
+                created = await create_with_template(
+                    api, template, api.create_cronjob, cron, D.owner_reference
+                )
+            except KubeError as e:
+                self.log.warning("Job definition of %s not created: %s", user_name, e)
+                raise web.HTTPError(502, f"The cluster refused the job definition: {e.message}") from None
         self.log.info(
             "Job definition %s of %s: %s on %s, schedule %r (%s)",
             def_id,

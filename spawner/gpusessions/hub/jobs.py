@@ -22,7 +22,7 @@ Settings: `c.NotebookJobs.<trait>` (`jobsettings.py`).
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
 import uuid
 from dataclasses import dataclass
@@ -173,6 +173,16 @@ async def create_with_template(
 
 
 # -- handlers -------------------------------------------------------------------------------
+_user_locks: dict[str, asyncio.Lock] = {}
+
+
+def user_lock(user_name: str) -> asyncio.Lock:
+    """One of a user's job or definition creations at a time in this hub: a limit counted from
+    the API (`max_active_jobs`, `max_definitions`) then filled holds under concurrent requests
+    (the API's list shows a created object at once)."""
+    return _user_locks.setdefault(user_name, asyncio.Lock())
+
+
 @dataclass(frozen=True)
 class Prepared:
     """What a checked request runs with: the job settings, the size's GPU request (None: CPU
@@ -315,17 +325,13 @@ class JobsHandler(JobsBase):
 
     async def post(self, user_name: str) -> None:
         user, spawner, cfg = self._begin(user_name, write=True)
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, "The request is not JSON.") from None
+        body = self.json_body()
         try:
             req = J.check_request(body, J.Limits(cfg.max_parameters, cfg.max_workers))
         except J.InvalidJob as e:
             raise web.HTTPError(400, f"Invalid job: {e}.") from None
         prepared = await self._prepare(user, spawner, cfg, req)
         api = JobsAPI()
-        await self._check_active(api, spawner, user_name, cfg)
         settings, gpu, queue = prepared.settings, prepared.gpu, prepared.queue
         job_id = uuid.uuid4().hex[:12]
         ns = spawner.namespace
@@ -334,11 +340,13 @@ class JobsHandler(JobsBase):
         template = None
         if gpu is not None:
             template = J.build_claim_template(job_id, ns, user_name, gpu, settings.queue_labels)
-        try:
-            created = await create_with_template(api, template, api.create_job, job, J.owner_reference)
-        except KubeError as e:
-            self.log.warning("Notebook job of %s not created: %s", user_name, e)
-            raise web.HTTPError(502, f"The cluster refused the job: {e.message}") from None
+        async with user_lock(user_name):  # the count and the create, one request at a time
+            await self._check_active(api, spawner, user_name, cfg)
+            try:
+                created = await create_with_template(api, template, api.create_job, job, J.owner_reference)
+            except KubeError as e:
+                self.log.warning("Notebook job of %s not created: %s", user_name, e)
+                raise web.HTTPError(502, f"The cluster refused the job: {e.message}") from None
         self.log.info(
             "Notebook job %s of %s: %s on %s in queue %s (%s)",
             job_id,
@@ -407,13 +415,35 @@ class JobLogHandler(JobsBase):
             self._json({"id": job_id, "pod": None, "log": "", "message": "No pod has started yet."})
             return
         pod = pods[-1]["metadata"]["name"]
+        truncated = False
         try:
-            text = await api.pod_log(spawner.namespace, pod, J.CONTAINER, cfg.log_tail_lines)
+            text, truncated = await log_tail(
+                api, spawner.namespace, pod, cfg.log_tail_lines, cfg.log_max_bytes
+            )
         except KubeError as e:
             text, message = "", f"The log cannot be read yet: {e.message}"
         else:
             message = "" if text is not None else "The pod is gone."
-        self._json({"id": job_id, "pod": pod, "log": text or "", "message": message})
+        if truncated:
+            message = f"The log is long: only its last {cfg.log_max_bytes // 1024} KiB are shown."
+        self._json({"id": job_id, "pod": pod, "log": text or "", "message": message, "truncated": truncated})
+
+
+async def log_tail(api: Any, namespace: str, pod: str, lines: int, max_bytes: int) -> tuple[str | None, bool]:
+    """The end of a job pod's log in at most `max_bytes` bytes, and whether it was cut. The
+    kubelet's `limitBytes` keeps the start of what it sends, so the tail is asked for in ever
+    fewer lines until it fits (a single line longer than that: its first `max_bytes`)."""
+    n = lines
+    while True:
+        text = await api.pod_log(namespace, pod, J.CONTAINER, n, max_bytes + 1)
+        if text is None:
+            return None, False
+        data = text.encode("utf-8", errors="replace")
+        if len(data) <= max_bytes:
+            return text, n < lines
+        if n == 1:
+            return data[:max_bytes].decode("utf-8", errors="ignore"), True
+        n = max(1, n // 4)
 
 
 # Routes under the hub prefix (/hub/); `sizes` before `{id}`, which would match it too.

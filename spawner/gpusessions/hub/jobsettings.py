@@ -55,6 +55,12 @@ class NotebookJobs(Configurable):
         None, allow_none=True, help="Stop a job that runs longer than this; None: no limit."
     ).tag(config=True)
     log_tail_lines = Int(500, min=1, help="Lines of a job's log the log endpoint returns.").tag(config=True)
+    log_max_bytes = Int(
+        256 * 1024,
+        min=1024,
+        help="Bytes of a job's log the log endpoint reads at most (default 256 KiB): the end of the "
+        "log, in whole lines where it can; the answer says when the log was cut.",
+    ).tag(config=True)
 
 
 class NotebookJobDefinitions(Configurable):

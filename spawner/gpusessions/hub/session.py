@@ -10,6 +10,7 @@ reports progress through a callback. The kernel host's parts are in `kernelhost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -35,6 +36,14 @@ class Admission(Protocol):
 
     async def admit(self, request: C.GPURequest) -> dict[str, str]:
         """The new claim's annotations; raises `Refused` when its team may not take it."""
+        ...
+
+    def hold(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Held while a claim is admitted and created (one admission at a time)."""
+        ...
+
+    def created(self, claim: Obj) -> None:
+        """The claim it admitted was created."""
         ...
 
 
@@ -282,14 +291,21 @@ class GPUSession:
             return False
 
         async def create() -> Obj:
-            # The team's queue may refuse a new claim (its quota); a kept one is never refused.
-            annotations = await self.admission.admit(self.request) if self.admission is not None else {}
-            body = C.build_claim(
-                n.claim, n.namespace, self.request, n.username, n.servername, n.profile, self.extra_labels
-            )
-            body["metadata"]["annotations"].update(annotations)
-            self.log.info("Creating ResourceClaim %s/%s (%s)", n.namespace, n.claim, self.what)
-            return await self.api.create_claim(body)
+            # The team's queue may refuse a new claim (its quota), or the user's session limit;
+            # a kept one is never refused. One admission at a time per user and team (admit,
+            # then create), so concurrent spawns cannot both pass a limit one of them fills.
+            admission = self.admission
+            async with admission.hold() if admission is not None else contextlib.nullcontext():
+                annotations = await admission.admit(self.request) if admission is not None else {}
+                body = C.build_claim(
+                    n.claim, n.namespace, self.request, n.username, n.servername, n.profile, self.extra_labels
+                )
+                body["metadata"]["annotations"].update(annotations)
+                self.log.info("Creating ResourceClaim %s/%s (%s)", n.namespace, n.claim, self.what)
+                created = await self.api.create_claim(body)
+                if admission is not None:
+                    admission.created(created)
+                return created
 
         return await self._adopt_or_create(
             "ResourceClaim",

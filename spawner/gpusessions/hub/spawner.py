@@ -205,9 +205,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         wants = request is not None and request.wants_gpu
         n = self._names()
         admission = (
-            Admission(self._queues(), self._kai_queue, (n.namespace, n.claim), self.log, self._log_name)
-            if wants and self._kai_queue
-            else None
+            Admission.of(self, self._queues(), self._kai_queue, (n.namespace, n.claim)) if wants else None
         )
         return GPUSession(
             SessionAPI.of(self),

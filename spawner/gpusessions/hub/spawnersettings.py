@@ -180,8 +180,23 @@ class GPUSessionSettings(HasTraits):
     )
     gpu_keep_extension = Float(
         4 * 3600,
+        min=60,
+        max=7 * 86400,
         config=True,
-        help="""Seconds a user's "Keep my GPU" (answering the culler's warning) holds off culling.""",
+        help="""Seconds a user's "Keep my GPU" holds off culling (default 4 hours, at most 7 days).
+        A keep is accepted only while the culler's warning stands (each warning takes one keep;
+        an admin may keep at any time), and while another user waits for a GPU of that size it
+        holds only the culler's `keep_contended` from the warning. The JupyterLab panel and the
+        hub home page say until when.""",
+    )
+    max_gpu_sessions_per_user = Integer(
+        0,
+        min=0,
+        config=True,
+        help="""The most GPU sessions (claims: running or kept servers with a GPU) one user may
+        hold across their named servers; a start past it is refused in words and creates
+        nothing (a kept GPU of the same server is reused, never refused). Default 0: no
+        limit (JupyterHub's `named_server_limit_per_user` still bounds the servers).""",
     )
     persist_kernels = Bool(
         True,

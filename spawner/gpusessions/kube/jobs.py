@@ -71,7 +71,21 @@ class JobsAPI(SessionAPI):
         r = await self._call(self.core.list_namespaced_pod, namespace, label_selector=label_selector)
         return [self._dict(i) for i in (r.items if r is not None else [])]
 
-    async def pod_log(self, namespace: str, name: str, container: str, tail_lines: int) -> str | None:
-        kwargs: dict[str, Any] = {"container": container, "tail_lines": tail_lines}
+    async def pod_log(
+        self, namespace: str, name: str, container: str, tail_lines: int, limit_bytes: int | None = None
+    ) -> str | None:
+        """The last `tail_lines` lines of a container's log, of which at most `limit_bytes`
+        bytes are read (the kubelet cuts after `limitBytes`: the start of those lines); None:
+        the pod is gone. Read as bytes and decoded with replacement (a cut may split a
+        character)."""
+        kwargs: dict[str, Any] = {"container": container, "tail_lines": tail_lines, "_preload_content": False}
+        if limit_bytes is not None:
+            kwargs["limit_bytes"] = limit_bytes
         r = await self._call(self.core.read_namespaced_pod_log, name, namespace, **kwargs)
-        return None if r is None else str(r)
+        if r is None:
+            return None
+        try:
+            data = await r.read()
+        finally:
+            r.release()
+        return bytes(data).decode("utf-8", errors="replace")

@@ -27,12 +27,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.iostream import StreamClosedError
 
+from gpusessions.notebook.bounded import BoundedAPIHandler
 from gpusessions.notebook.hubrelay import HubRelay
 
 STREAM_SECONDS = 5.0
@@ -165,7 +165,7 @@ def status() -> GPUStatus:
     return _STATUS
 
 
-class _StatusBase(APIHandler):
+class _StatusBase(BoundedAPIHandler):
     # Reading the GPU's state is not the user being active.
     _track_activity = False
 
@@ -207,7 +207,7 @@ class GPUEventsHandler(_StatusBase):
         self.finish()
 
 
-class GPUReleaseHandler(APIHandler):
+class GPUReleaseHandler(BoundedAPIHandler):
     @web.authenticated
     async def post(self) -> None:
         relay = HubRelay()

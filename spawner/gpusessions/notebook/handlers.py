@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
 from gpusessions.notebook import gpustatus
+from gpusessions.notebook.bounded import BoundedAPIHandler
 from gpusessions.notebook.hubrelay import HubRelay
 from gpusessions.notebook.kernels import LOST_REASON, PersistentGatewayKernelManager
 
 POLL_SECONDS = 30
 
 
-class WarningsHandler(APIHandler):
+class WarningsHandler(BoundedAPIHandler):
     # An open tab polls this: that is not the user being active.
     _track_activity = False
 
@@ -51,7 +51,7 @@ class WarningsHandler(APIHandler):
         }
 
 
-class KeepHandler(APIHandler):
+class KeepHandler(BoundedAPIHandler):
     @web.authenticated
     async def post(self) -> None:
         relay = HubRelay()

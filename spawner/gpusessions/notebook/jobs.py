@@ -15,6 +15,8 @@ Enabled by `jupyter-config/gpusessions.json` (installed with the package):
 - The job's log (papermill's output, `GET .../jobs/<id>/log`) is one more output file of the
   job, `jobs/<id>/<notebook>.log`, written by this server: refreshed each time the panel opens
   the job (or its files are downloaded), and once after the job ends when the list shows it.
+  The hub reads at most `c.NotebookJobs.log_max_bytes` of it, the end: a cut log's file
+  begins with a line that says so.
 - States: queued (with the scheduler's reason), in progress, completed, failed; a preempted
   job shows "Preempted N time(s) ..., requeued" while it waits again.
 - Schedules ("Run on a schedule": job definitions) are the hub's job definitions
@@ -325,6 +327,9 @@ class GPUJobsScheduler(BaseScheduler):
         text = (got or {}).get("log") or ""
         if not text:
             return
+        if (got or {}).get("truncated"):
+            # The hub read only the end of a long log: the file says so on its first line.
+            text = f"[{got.get('message') or 'The log is long: only its end is shown.'}]\n" + text
         try:
             save_text(os.path.join(self._home(), *path.split("/")), text)
         except OSError as e:
