@@ -64,6 +64,8 @@ def test_tests_refuse_a_running_cluster_of_another_shape_in_one_line(own_paths: 
     state = lc.up("cpu-only", PORT_BASE, own_paths)
     env = {**os.environ, "DEVCLUSTER_DIR": str(own_paths.root), "DEVCLUSTER_BIN": str(own_paths.bin)}
     env.pop("DEVCLUSTER_TEST_SHAPE", None)
+    for name in [k for k in env if k.startswith("PYTEST_XDIST")]:
+        env.pop(name)  # a worker's own cluster folder is not the one this test started
     r = subprocess.run(
         [
             sys.executable,
