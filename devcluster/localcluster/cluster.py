@@ -50,12 +50,13 @@ class State:
     ports: dict[str, int]
     pids: dict[str, int]
     started: float
+    emulate: str | None = None  # the Kubernetes version the components emulate (None: their own)
 
     @classmethod
     def load(cls, path: Path) -> State | None:
         try:
             d = json.loads(path.read_text())
-            return cls(d["shape"], d["server"], d["ports"], d["pids"], d["started"])
+            return cls(d["shape"], d["server"], d["ports"], d["pids"], d["started"], d.get("emulate"))
         except (OSError, ValueError, KeyError):
             return None
 
@@ -146,8 +147,15 @@ def spawn_component(name: str, cmd: list[str], paths: ClusterPaths) -> int:
 
 
 def up(
-    shape_name: str, port_base: int | None = None, paths: ClusterPaths | None = None, timeout: float = 120.0
+    shape_name: str,
+    port_base: int | None = None,
+    paths: ClusterPaths | None = None,
+    timeout: float = 120.0,
+    emulate: str | None = None,
 ) -> State:
+    """Start (or reuse) the local cluster. `emulate`: the Kubernetes version the components
+    run as (`--emulated-version`); default DEVCLUSTER_EMULATE, or none (their own)."""
+    emulate = emulate or os.environ.get("DEVCLUSTER_EMULATE") or None
     paths = paths or ClusterPaths.default()
     shape = load_shape(shape_name, SHAPES_DIR)
     with _locked(paths):
@@ -158,14 +166,19 @@ def up(
                     f"a cluster with shape '{state.shape}' is already running; "
                     f"run 'make cluster-down' first to start shape '{shape.name}'"
                 )
+            if state.emulate != emulate:
+                raise ClusterError(
+                    f"a cluster running as Kubernetes {state.emulate or components.KUBE_VERSION} is "
+                    f"already running here; run 'make cluster-down' first to start one as "
+                    f"{emulate or components.KUBE_VERSION}"
+                )
             say(f"reusing the running cluster (shape {state.shape}) at {state.server}")
             return state
         if state or procs.owned_pids(paths.root):
             say("cleaning up a previous cluster that is no longer healthy")
             _stop(paths, state)
-        return _start(
-            shape, paths, port_base or int(os.environ.get("DEVCLUSTER_PORT_BASE", DEFAULT_PORT_BASE)), timeout
-        )
+        port_base = port_base or int(os.environ.get("DEVCLUSTER_PORT_BASE", DEFAULT_PORT_BASE))
+        return _start(shape, paths, port_base, timeout, emulate)
 
 
 def _check_binaries(paths: ClusterPaths) -> None:
@@ -180,7 +193,7 @@ def _check_binaries(paths: ClusterPaths) -> None:
         )
 
 
-def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) -> State:
+def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float, emulate: str | None) -> State:
     _check_binaries(paths)
     ports = Ports.from_base(port_base)
     kai_ports = kai.KaiPorts.from_base(port_base)
@@ -202,10 +215,12 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
     paths.audit_log.unlink(missing_ok=True)
     paths.removed_nodes.unlink(missing_ok=True)
     pids: dict[str, int] = {}
-    state = State(shape.name, server, ports.__dict__, pids, time.time())
+    state = State(shape.name, server, ports.__dict__, pids, time.time(), emulate)
     t0 = time.monotonic()
     try:
-        say(f"starting shape '{shape.name}': {len(shape.nodes)} node(s), {shape.gpu_count} GPU(s)")
+        as_version = f" as Kubernetes {emulate} (emulated)" if emulate else ""
+        nodes, gpus = len(shape.nodes), shape.gpu_count
+        say(f"starting shape '{shape.name}'{as_version}: {nodes} node(s), {gpus} GPU(s)")
         log = paths.log("etcd")
         pids["etcd"] = spawn_component("etcd", components.etcd_cmd(paths, ports), paths)
         _wait(
@@ -217,7 +232,7 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
         )
         log = paths.log("kube-apiserver")
         pids["kube-apiserver"] = spawn_component(
-            "kube-apiserver", components.apiserver_cmd(paths, pki, ports), paths
+            "kube-apiserver", components.apiserver_cmd(paths, pki, ports, emulate), paths
         )
         ctx = _admin_ctx(pki)
         _wait(
@@ -227,8 +242,8 @@ def _start(shape: Shape, paths: ClusterPaths, port_base: int, timeout: float) ->
         api = KubeAPI.from_kubeconfig(paths.kubeconfig)
         install_kai_objects(api, paths, timeout)
         for name, cmd in (
-            ("kube-controller-manager", components.controller_manager_cmd(paths, pki, ports)),
-            ("kube-scheduler", components.scheduler_cmd(paths, ports)),
+            ("kube-controller-manager", components.controller_manager_cmd(paths, pki, ports, emulate)),
+            ("kube-scheduler", components.scheduler_cmd(paths, ports, emulate)),
             *kai.commands(paths, kai_ports).items(),
         ):
             pids[name] = spawn_component(name, cmd, paths)

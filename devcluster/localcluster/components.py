@@ -8,10 +8,36 @@ from dataclasses import dataclass
 from .certs import PKI
 from .paths import ClusterPaths
 
-# Feature gates 1.35 needs beyond its defaults: partitionable devices (counter
-# sets, KEP-4815) is alpha and off in 1.35. DRA itself, prioritized lists
-# (firstAvailable) and the v1 API are on by default.
-FEATURE_GATES = "DRAPartitionableDevices=true"
+# The Kubernetes version the binaries are (devcluster/scripts/build.sh builds it).
+KUBE_VERSION = "1.36"
+# Versions the components can emulate (KEP-4330 `--emulated-version`, DEVCLUSTER_EMULATE):
+# the two before it, which clusters still run.
+EMULATED_VERSIONS = ("1.35", "1.34")
+# Feature gates each version needs beyond its defaults. 1.36 turns on by default what
+# gpusessions uses (partitionable devices, device taints, consumable capacity, extended
+# resources backed by DRA, binding conditions, resource health in pod status); in 1.34 and
+# 1.35 partitionable devices (counter sets, KEP-4815) is alpha and off. DRA itself,
+# prioritized lists (firstAvailable) and the v1 API are on by default in all three.
+FEATURE_GATES = {
+    "1.36": "",
+    "1.35": "DRAPartitionableDevices=true",
+    "1.34": "DRAPartitionableDevices=true",
+}
+
+
+def version_flags(emulate: str | None) -> list[str]:
+    """The feature-gate and emulation flags of a component for the version it runs as."""
+    if emulate is not None and emulate not in EMULATED_VERSIONS:
+        raise ValueError(
+            f"Kubernetes {KUBE_VERSION} binaries emulate {', '.join(EMULATED_VERSIONS)}, not {emulate!r}"
+        )
+    gates = FEATURE_GATES[emulate or KUBE_VERSION]
+    return [
+        *([f"--emulated-version={emulate}"] if emulate else []),
+        *([f"--feature-gates={gates}"] if gates else []),
+    ]
+
+
 CONTROLLERS = (
     "resourceclaim-controller",
     "garbage-collector-controller",
@@ -65,7 +91,7 @@ def etcd_cmd(paths: ClusterPaths, ports: Ports) -> list[str]:
     ]
 
 
-def apiserver_cmd(paths: ClusterPaths, pki: PKI, ports: Ports) -> list[str]:
+def apiserver_cmd(paths: ClusterPaths, pki: PKI, ports: Ports, emulate: str | None = None) -> list[str]:
     return [
         str(paths.bin / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
@@ -95,7 +121,7 @@ def apiserver_cmd(paths: ClusterPaths, pki: PKI, ports: Ports) -> list[str]:
         f"--kubelet-certificate-authority={pki.ca_crt}",
         f"--kubelet-client-certificate={pki.kubelet_client_crt}",
         f"--kubelet-client-key={pki.kubelet_client_key}",
-        f"--feature-gates={FEATURE_GATES}",
+        *version_flags(emulate),
         "--profiling=false",
         "--max-requests-inflight=1000",
         "--max-mutating-requests-inflight=500",
@@ -121,7 +147,7 @@ rules:
 """
 
 
-def _component_common(paths: ClusterPaths, port: int, name: str) -> list[str]:
+def _component_common(paths: ClusterPaths, port: int, name: str, emulate: str | None) -> list[str]:
     return [
         f"--kubeconfig={paths.kubeconfig}",
         f"--authentication-kubeconfig={paths.kubeconfig}",
@@ -130,20 +156,25 @@ def _component_common(paths: ClusterPaths, port: int, name: str) -> list[str]:
         f"--secure-port={port}",
         f"--cert-dir={paths.root / 'certs' / name}",
         "--leader-elect=false",
-        f"--feature-gates={FEATURE_GATES}",
+        *version_flags(emulate),
         "--profiling=false",
         "--v=1",
     ]
 
 
-def scheduler_cmd(paths: ClusterPaths, ports: Ports) -> list[str]:
-    return [str(paths.bin / "kube-scheduler"), *_component_common(paths, ports.scheduler, "kube-scheduler")]
+def scheduler_cmd(paths: ClusterPaths, ports: Ports, emulate: str | None = None) -> list[str]:
+    return [
+        str(paths.bin / "kube-scheduler"),
+        *_component_common(paths, ports.scheduler, "kube-scheduler", emulate),
+    ]
 
 
-def controller_manager_cmd(paths: ClusterPaths, pki: PKI, ports: Ports) -> list[str]:
+def controller_manager_cmd(
+    paths: ClusterPaths, pki: PKI, ports: Ports, emulate: str | None = None
+) -> list[str]:
     return [
         str(paths.bin / "kube-controller-manager"),
-        *_component_common(paths, ports.controller_manager, "kube-controller-manager"),
+        *_component_common(paths, ports.controller_manager, "kube-controller-manager", emulate),
         f"--controllers={','.join(CONTROLLERS)}",
         f"--root-ca-file={pki.ca_crt}",
         "--use-service-account-credentials=false",

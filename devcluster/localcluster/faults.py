@@ -36,11 +36,11 @@ def _command(name: str, paths: ClusterPaths, state: lc.State) -> list[str]:
     if name == "etcd":
         return components.etcd_cmd(paths, ports)
     if name == "kube-apiserver":
-        return components.apiserver_cmd(paths, pki, ports)
+        return components.apiserver_cmd(paths, pki, ports, state.emulate)
     if name == "kube-controller-manager":
-        return components.controller_manager_cmd(paths, pki, ports)
+        return components.controller_manager_cmd(paths, pki, ports, state.emulate)
     if name == "kube-scheduler":
-        return components.scheduler_cmd(paths, ports)
+        return components.scheduler_cmd(paths, ports, state.emulate)
     if name == "runtime":
         return components.runtime_cmd(state.shape, paths, ports.kubelet)
     if name in kai.COMPONENTS:

@@ -39,7 +39,7 @@ from .gpumodels import GPUModel, MigProfile
 DRIVER = "gpu.nvidia.com"
 CD_DRIVER = "compute-domain.nvidia.com"
 NODE_LABEL = "devcluster.gpusessions.io/node"
-K8S_VERSION = "v1.35.4"
+K8S_VERSION = "v1.36.5"  # what devcluster/scripts/build.sh builds (a test compares the two)
 _UUID_NS = uuid.UUID("6f1d3c52-0b7e-4f55-9a59-3c1f0d2f7a10")
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what the apiserver's generateName uses

@@ -9,22 +9,23 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 root="$(cd "$here/.." && pwd)"
 BIN_DIR="${BIN_DIR:-$root/.cache/devcluster/bin}"
-K8S_VERSION="v1.35.4"
+K8S_VERSION="v1.36.5"
+K8S_MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
 BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl)
 
 if ! command -v go >/dev/null 2>&1; then
-  echo "devcluster: the Go toolchain is missing (need go >= 1.25 on PATH); install Go from your distribution or go.dev and retry." >&2
+  echo "devcluster: the Go toolchain is missing (need go >= 1.26 on PATH); install Go from your distribution or go.dev and retry." >&2
   exit 1
 fi
 
-# Go 1.25 or newer builds Kubernetes 1.35. An older Go (1.21+) fetches the
+# Go 1.26 or newer builds Kubernetes 1.36. An older Go (1.21+) fetches the
 # toolchain that go.mod asks for through the Go module proxy.
 gominor="$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')"
 if [ "${gominor:-0}" -lt 21 ] 2>/dev/null; then
-  echo "devcluster: $(go env GOVERSION) is too old: install Go 1.25 or newer (it builds Kubernetes 1.35) and retry." >&2
+  echo "devcluster: $(go env GOVERSION) is too old: install Go 1.26 or newer (it builds Kubernetes 1.36) and retry." >&2
   exit 1
-elif [ "$gominor" -lt 25 ]; then
-  echo "devcluster: $(go env GOVERSION) is older than 1.25; letting Go fetch the toolchain go.mod names ..."
+elif [ "$gominor" -lt 26 ]; then
+  echo "devcluster: $(go env GOVERSION) is older than 1.26; letting Go fetch the toolchain go.mod names ..."
   export GOTOOLCHAIN=auto
 fi
 
@@ -44,7 +45,7 @@ if [ "$missing" = 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; the
 fi
 
 pkg="k8s.io/component-base/version"
-ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=35 -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=35"
+ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$K8S_MINOR"
 echo "devcluster: building Kubernetes $K8S_VERSION components from Go modules into $BIN_DIR"
 echo "devcluster: the first build downloads the modules and compiles about 3,000 packages: about 6 minutes on 2 cores. Later builds reuse Go's cache (under a minute)."
 cd "$here"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -20,6 +21,7 @@ from localcluster import procs, waits
 from localcluster.certs import PKI, issue_client_cert
 from localcluster.kubeapi import ApiError, Credentials, KubeAPI
 from localcluster.paths import REPO_ROOT, ClusterPaths
+from localcluster.shapes import K8S_VERSION
 from localcluster.testing import exec_pod
 
 pytestmark = pytest.mark.cluster
@@ -156,8 +158,11 @@ def test_missing_binaries_say_how_to_build_them(tmp_path: Path) -> None:
 
 def test_server_reports_its_real_version(api: KubeAPI) -> None:
     v = api.request("GET", "/version")
-    assert v["gitVersion"] == "v1.35.4"
-    assert (v["major"], v["minor"]) == ("1", "35")
+    assert v["gitVersion"] == K8S_VERSION == "v1.36.5"
+    assert (v["major"], v["minor"]) == ("1", "36")
+    script = (REPO_ROOT / "devcluster/scripts/build.sh").read_text()
+    built = re.search(r'^K8S_VERSION="(v[\d.]+)"$', script, re.M)
+    assert built and built.group(1) == K8S_VERSION, "build.sh and shapes.K8S_VERSION differ"
 
 
 def test_rbac_is_on(cluster: object, tmp_path: Path) -> None:
@@ -244,7 +249,7 @@ def test_make_cluster_and_cluster_down_are_the_fixed_interface(own_paths: Cluste
 
     assert "cluster ready" in make("cluster", "SHAPE=cpu-only")
     api = KubeAPI.from_kubeconfig(own_paths.kubeconfig)
-    assert api.request("GET", "/version")["gitVersion"] == "v1.35.4"
+    assert api.request("GET", "/version")["gitVersion"] == K8S_VERSION
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "runtime"):
         assert own_paths.log(name).stat().st_size > 0, f"{name} logs to {own_paths.log(name)}"
     assert "reusing the running cluster" in make("cluster", "SHAPE=cpu-only")

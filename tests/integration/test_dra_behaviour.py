@@ -12,6 +12,8 @@ an A100 in MIG mode (GPU 1, partitions only).
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 import pytest
@@ -291,3 +293,25 @@ def test_a_container_gets_its_devices_as_cdi_gives_them(api: KubeAPI, namespace:
     waits.pod_ready(api, namespace, "p")
     assert waits.wait_for(lambda: printed_env(namespace, "p", "NVIDIA_VISIBLE_DEVICES") == "void", 10, "env")
     assert visible_devices(namespace, "p").startswith("MIG-")
+
+
+def test_the_cluster_runs_as_the_kubernetes_version_it_says(api: KubeAPI) -> None:
+    """The local cluster's 1.36 binaries run as 1.36, or (DEVCLUSTER_EMULATE: `make test`'s
+    emulated pass) as 1.35 or 1.34 with `--emulated-version`: the apiserver says so, and its
+    feature defaults are that version's (consumable capacity: beta and on in 1.36, alpha and
+    off before), with partitionable devices on in all three (a gate before 1.36)."""
+    emulate = os.environ.get("DEVCLUSTER_EMULATE") or "1.36"
+    v = api.request("GET", "/version")
+    assert (v["gitVersion"].rsplit(".", 1)[0], f"{v['emulationMajor']}.{v['emulationMinor']}") == (
+        "v1.36",
+        emulate,
+    ), v
+    metrics = api.request("GET", "/metrics")["message"]
+
+    def feature(name: str) -> tuple[str, str]:
+        m = re.search(rf'^kubernetes_feature_enabled\{{name="{name}",stage="(\w*)"\}} (\d)$', metrics, re.M)
+        assert m, f"no kubernetes_feature_enabled for {name}"
+        return m.group(1), m.group(2)
+
+    assert feature("DRAConsumableCapacity") == (("BETA", "1") if emulate == "1.36" else ("ALPHA", "0"))
+    assert feature("DRAPartitionableDevices")[1] == "1"

@@ -5,9 +5,6 @@ from __future__ import annotations
 from gpusessions.core import jobs as J
 from gpusessions.core.claims import GPURequest
 
-K8S = "1.35.0"
-
-
 MIG = GPURequest("mig.nvidia.com", 1, ("device.attributes['gpu.nvidia.com'].profile == '3g.40gb'",))
 
 

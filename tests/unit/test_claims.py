@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import kubernetes_validate
 import pytest
 
+import kubeschemas
 from gpusessions.core import claims as C
 from gpusessions.core import labels as L
 
-K8S = "1.35.0"
 ONE_G = ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",)
 
 
 def _validate(obj: dict) -> None:
-    kubernetes_validate.validate(obj, K8S, strict=True)
+    kubeschemas.validate(obj)
 
 
 def test_exact_claim_is_valid_and_marked() -> None:

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 
-import kubernetes_validate
 import pytest
 
+import kubeschemas
 from gpusessions.core import jobdefs as D
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
 from gpusessions.core import schedule as S
 
-from .jobsamples import K8S, MIG, SETTINGS
+from .jobsamples import MIG, SETTINGS
 
 GOOD = {"name": "nightly", "input": "work/train.ipynb", "size": "mig-3g-40gb", "schedule": "0 2 * * *"}
 
@@ -100,7 +100,7 @@ def test_tampered_definitions_are_refused(body: object, words: str) -> None:
 def test_the_cronjob_runs_the_one_off_job_in_the_team_queue() -> None:
     d = _def(parameters={"epochs": 3}, timezone="Europe/Paris")
     cj = D.build_cronjob("abc123def456", "ns", "alice", d, SETTINGS, MIG, "MIG 3g.40gb", history_limit=2)
-    kubernetes_validate.validate(cj, K8S, strict=True)
+    kubeschemas.validate(cj)
     md, spec = cj["metadata"], cj["spec"]
     assert md["name"] == "nbdef-abc123def456"
     assert (
@@ -162,14 +162,14 @@ def test_the_run_script_writes_to_the_runs_folder(tmp_path: object) -> None:
 
 def test_a_paused_cpu_definition_has_no_claim() -> None:
     cj = D.build_cronjob("abc123def456", "ns", "alice", _def(active=False, size="cpu"), SETTINGS, None)
-    kubernetes_validate.validate(cj, K8S, strict=True)
+    kubeschemas.validate(cj)
     assert cj["spec"]["suspend"] is True and "timeZone" not in cj["spec"]
     assert "resourceClaims" not in cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
 
 
 def test_the_claim_template_and_a_run_now() -> None:
     t = D.build_claim_template("abc123def456", "ns", "alice", MIG, {"kai.scheduler/queue": "team-a"})
-    kubernetes_validate.validate(t, K8S, strict=True)
+    kubeschemas.validate(t)
     assert t["metadata"]["name"] == "nbdef-abc123def456"
     assert t["metadata"]["labels"][L.NOTEBOOK_COMPONENT] == "job"
     assert t["spec"]["metadata"]["labels"][D.DEFINITION_LABEL] == "abc123def456"
@@ -177,7 +177,7 @@ def test_the_claim_template_and_a_run_now() -> None:
     cj = D.build_cronjob("abc123def456", "ns", "alice", _def(), SETTINGS, MIG)
     cj["metadata"]["uid"] = "u-1"
     run = D.build_run(cj, "m1a2b3c4d")
-    kubernetes_validate.validate(run, K8S, strict=True)
+    kubeschemas.validate(run)
     assert run["metadata"]["name"] == "nbdef-abc123def456-m1a2b3c4d"
     [owner] = run["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("CronJob", "u-1", True)

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import json
 
-import kubernetes_validate
 import pytest
 
+import kubeschemas
 from gpusessions.core import jobs as J
 from gpusessions.core import labels as L
 
-from .jobsamples import K8S, MIG, SETTINGS, _req
+from .jobsamples import MIG, SETTINGS, _req
 
 
 def test_job_with_gpu_is_valid_and_queued() -> None:
     req = _req(parameters={"epochs": 3, "lr": 0.1, "tag": "x"})
     job = J.build_job("abc123def456", "ns", "alice", req, SETTINGS, MIG, "MIG 3g.40gb")
-    kubernetes_validate.validate(job, K8S, strict=True)
+    kubeschemas.validate(job)
     md, spec = job["metadata"], job["spec"]
     assert md["name"] == "nbjob-abc123def456"
     assert md["labels"][L.NOTEBOOK_COMPONENT] == "job"
@@ -63,11 +63,11 @@ def test_job_with_gpu_is_valid_and_queued() -> None:
 
 def test_cpu_job_has_no_claim_and_several_workers_are_one_gang() -> None:
     cpu = J.build_job("abcdefgh", "ns", "bob", _req(size="cpu"), SETTINGS, None)
-    kubernetes_validate.validate(cpu, K8S, strict=True)
+    kubeschemas.validate(cpu)
     assert "resourceClaims" not in cpu["spec"]["template"]["spec"]
     assert "claims" not in cpu["spec"]["template"]["spec"]["containers"][0]["resources"]
     two = J.build_job("abcdefgh", "ns", "bob", _req(workers=2), SETTINGS, MIG)
-    kubernetes_validate.validate(two, K8S, strict=True)
+    kubeschemas.validate(two)
     assert two["metadata"]["annotations"][J.MIN_MEMBER_ANNOTATION] == "2"
     assert two["spec"]["completions"] == two["spec"]["parallelism"] == 2
     assert two["spec"]["completionMode"] == "Indexed"
@@ -78,7 +78,7 @@ def test_cpu_job_has_no_claim_and_several_workers_are_one_gang() -> None:
 
 def test_claim_template_is_valid_and_labelled() -> None:
     t = J.build_claim_template("abc123def456", "ns", "alice", MIG, {"kai.scheduler/queue": "team-a"})
-    kubernetes_validate.validate(t, K8S, strict=True)
+    kubeschemas.validate(t)
     assert t["spec"]["spec"] == MIG.spec()
     assert t["metadata"]["labels"]["kai.scheduler/queue"] == "team-a"
     # Its claims are neither the culler's sessions nor counted in the hub's team quota.

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import kubernetes_validate
 import pytest
 
+import kubeschemas
 from gpusessions.core import jobs as J
 from gpusessions.core import queues as Q
 from gpusessions.core.claims import GPURequest, build_holder_pod
@@ -19,7 +19,6 @@ from gpusessions.hub.spawner import GPUSessionSpawner
 
 from .spawnertools import notebook_pod
 
-K8S = "1.35.0"
 NODE_TERM = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["h100"]}]}
 ANTI = {
     "weight": 10,
@@ -85,7 +84,7 @@ def test_a_profiles_placement_reaches_its_holder_notebook_and_job_pods() -> None
         return holder, job, plain
 
     holder, settings, plain = asyncio.run(build())
-    kubernetes_validate.validate(holder, K8S, strict=True)
+    kubeschemas.validate(holder)
     assert {k: holder["spec"][k] for k in PLACED} == PLACED
     notebook = notebook_pod(None, **OVERRIDE)["spec"]
     assert notebook["nodeSelector"] == PLACED["nodeSelector"]
@@ -97,7 +96,7 @@ def test_a_profiles_placement_reaches_its_holder_notebook_and_job_pods() -> None
     assert term["matchExpressions"] == NODE_TERM["matchExpressions"]  # and the claim's node
     req = J.check_request({"name": "t", "input": "t.ipynb", "size": "h100"})
     job = J.build_job("abc123def456", "ns", "ann", req, settings, GPURequest("gpu.nvidia.com"), "H100")
-    kubernetes_validate.validate(job, K8S, strict=True)
+    kubeschemas.validate(job)
     pod = job["spec"]["template"]["spec"]
     assert {k: pod[k] for k in PLACED} == PLACED
     # Without the profile, neither gets any of it.

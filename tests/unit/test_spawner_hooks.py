@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-import kubernetes_validate
 import pytest
 
+import kubeschemas
 from gpusessions.hub.spawner import GPUSessionSpawner
 
 from .spawnertools import notebook_pod
@@ -81,7 +81,7 @@ def test_the_notebook_pod_with_its_gpu_is_valid_for_kubernetes_1_35(gateway_url:
         node_affinity_required=[{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}],
         extra_resource_limits={"memory": "2Gi"},
     )
-    kubernetes_validate.validate(pod, "1.35.0", strict=True)
+    kubeschemas.validate(pod)
     spec = pod["spec"]
     assert spec["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "gpu-mock-name---6241db84"}]
     (notebook,) = spec["containers"]
