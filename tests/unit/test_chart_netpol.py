@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
+import kubeschemas
 from gpusessions.core import jobdefs as D
 from gpusessions.core import jobs as J
 from gpusessions.core import kernels as K
@@ -31,7 +31,6 @@ from netpoltools import (
 
 from .jobsamples import MIG, SETTINGS
 
-K8S = "1.35.0"
 NS = "jhub"
 Z2JH_RELEASE = "jhub"
 
@@ -115,7 +114,7 @@ def _user_code_pods() -> dict[str, dict[str, str]]:
 def test_every_pod_running_user_code_is_as_strict_as_z2jhs_notebooks(rendered: list[dict[str, Any]]) -> None:
     ours = by_kind(rendered, "NetworkPolicy")
     for p in ours:
-        kubernetes_validate.validate(p, K8S, strict=True)
+        kubeschemas.validate(p)
     singleuser = [_z2jh_singleuser()]
     notebook = _notebook_labels("gpu-ann")
     for name, labels in _user_code_pods().items():

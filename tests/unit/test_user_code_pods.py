@@ -8,18 +8,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import kubernetes_validate
 import pytest
 from kubernetes_asyncio import client
 from traitlets.config import Config
 
+import kubeschemas
 from gpusessions.core import jobs as J
 from gpusessions.core import queues as Q
 from gpusessions.core.claims import GPURequest, build_holder_pod
 from gpusessions.hub.jobs import NotebookJobs, settings_for
 from gpusessions.hub.spawner import GPUSessionSpawner
-
-K8S = "1.35.0"
 
 
 def _z2jh_config() -> Config:
@@ -73,7 +71,7 @@ def test_a_holder_with_kernels_gets_the_metadata_block_and_one_without_does_not(
 
     holder, kernels, plain, off = asyncio.run(build())
     with_kernels = build_holder_pod("h", "ns", "c", holder, "ann", "", kernels=kernels)
-    kubernetes_validate.validate(with_kernels, K8S, strict=True)
+    kubeschemas.validate(with_kernels)
     spec = with_kernels["spec"]
     (init,) = spec["initContainers"]
     assert init["name"] == "block-cloud-metadata" and "169.254.169.254" in init["command"]
@@ -102,7 +100,7 @@ def test_a_jobs_pod_runs_non_root_with_the_notebooks_context_and_the_metadata_bl
     settings = asyncio.run(build(_z2jh_config()))
     req = J.check_request({"name": "t", "input": "t.ipynb", "size": "x"})
     job = J.build_job("abc123def456", "ns", "ann", req, settings, GPURequest("gpu.nvidia.com"), "H100")
-    kubernetes_validate.validate(job, K8S, strict=True)
+    kubeschemas.validate(job)
     pod = job["spec"]["template"]["spec"]
     (ctr,) = pod["containers"]
     # The notebook's: GPUSessionSpawner's default container_security_context, uid, fs_gid.
