@@ -9,9 +9,15 @@ from .certs import PKI
 from .paths import ClusterPaths
 
 # Feature gates 1.35 needs beyond its defaults: partitionable devices (counter
-# sets, KEP-4815) is alpha and off in 1.35. DRA itself, prioritized lists
-# (firstAvailable) and the v1 API are on by default.
-FEATURE_GATES = "DRAPartitionableDevices=true"
+# sets, KEP-4815) is alpha and off in 1.35; so are device taints (KEP-5055: the NVIDIA
+# driver taints a failing GPU in its ResourceSlice, `gpu.nvidia.com/xid`; without the gate
+# the apiserver drops a slice's taints and the scheduler ignores them) and DeviceTaintRules
+# (an admin's taint, NoExecute evicts; served in resource.k8s.io/v1alpha3, RUNTIME_CONFIG).
+# DRA itself, prioritized lists (firstAvailable) and the v1 API are on by default. In 1.36
+# DRAPartitionableDevices and DRADeviceTaints are beta and on, DRADeviceTaintRules beta and off.
+FEATURE_GATES = "DRAPartitionableDevices=true,DRADeviceTaints=true,DRADeviceTaintRules=true"
+# The API of DeviceTaintRules (alpha in 1.35: resource.k8s.io/v1alpha3, off by default).
+RUNTIME_CONFIG = "resource.k8s.io/v1alpha3=true"
 CONTROLLERS = (
     "resourceclaim-controller",
     "garbage-collector-controller",
@@ -25,6 +31,9 @@ CONTROLLERS = (
     "ttl-after-finished-controller",
     # Job definitions (schedules): CronJobs make the runs' Jobs.
     "cronjob-controller",
+    # Evicts the pods of a claim whose device has a NoExecute taint (a DeviceTaintRule's),
+    # with a DisruptionTarget condition (reason DeletionByDeviceTaintManager) first.
+    "device-taint-eviction-controller",
 )
 
 
@@ -96,6 +105,7 @@ def apiserver_cmd(paths: ClusterPaths, pki: PKI, ports: Ports) -> list[str]:
         f"--kubelet-client-certificate={pki.kubelet_client_crt}",
         f"--kubelet-client-key={pki.kubelet_client_key}",
         f"--feature-gates={FEATURE_GATES}",
+        f"--runtime-config={RUNTIME_CONFIG}",
         "--profiling=false",
         "--max-requests-inflight=1000",
         "--max-mutating-requests-inflight=500",

@@ -26,7 +26,14 @@ export interface IHubState {
   keep_on_stop?: boolean;
   kept_until?: number | null;
   warning?: IWarning | null;
+  /** The GPU's health: not ok when the driver tainted its device (an XID, a lost GPU). */
+  health?: IHealth;
   error?: string;
+}
+
+export interface IHealth {
+  ok: boolean;
+  message: string;
 }
 
 export interface ISummary {
@@ -68,6 +75,8 @@ export interface INotice {
   at: number | string;
   text: string;
   level?: string;
+  /** `gpu-health`: the GPU is broken (the GPU panel's stream tells it too). */
+  kind?: string;
 }
 
 export interface ILostKernels {
