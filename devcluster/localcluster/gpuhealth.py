@@ -129,7 +129,9 @@ def heal(api: KubeAPI, node: str) -> None:
                 raise
 
 
-def taint_rule(name: str, pool: str, device: str, key: str, value: str = "", effect: str = "NoExecute") -> Obj:
+def taint_rule(
+    name: str, pool: str, device: str, key: str, value: str = "", effect: str = "NoExecute"
+) -> Obj:
     """An admin's DeviceTaintRule on one device of the NVIDIA driver (resource.k8s.io/v1alpha3)."""
     taint = {"key": key, "effect": effect, **({"value": value} if value else {})}
     return {

@@ -415,9 +415,11 @@ def test_a_holder_kai_evicted_is_released_with_the_reclaim_notice_not_recreated(
         "told: Your GPU session was taken back by the scheduler: your team's queue team-a"
     )
     assert done[1:] == ["released"]
-    assert api.calls == ["get pod", "events involvedObject.kind=PodGroup,reason=Evict (5 s)"], (
-        "one read of the holder"
-    )
+    assert api.calls == [
+        "get pod",
+        "events involvedObject.kind=Pod,reason=DeviceTaintManagerEviction (2 s)",
+        "events involvedObject.kind=PodGroup,reason=Evict (5 s)",
+    ], "one read of the holder; a device taint's eviction looked for first"
 
 
 def test_a_stopped_server_is_a_reclaim_only_with_an_evict_event_for_its_pods() -> None:

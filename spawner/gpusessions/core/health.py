@@ -29,6 +29,23 @@ XID_KEY = "gpu.nvidia.com/xid"
 GPU_LOST_KEY = "gpu.nvidia.com/gpu-lost"
 UNMONITORED_KEY = "gpu.nvidia.com/unmonitored"
 BLOCKING = frozenset({"NoSchedule", "NoExecute"})
+# kube-controller-manager's device-taint-eviction-controller deletes each pod that uses a device
+# with a NoExecute taint (an admin's DeviceTaintRule; the driver never sets one): first an
+# event of this reason on the pod, and the condition DisruptionTarget with reason
+# DeletionByDeviceTaintManager (kubernetes pkg/controller/devicetainteviction).
+TAINT_EVICT_REASON = "DeviceTaintManagerEviction"
+TAINT_EVICT_SELECTOR = f"involvedObject.kind=Pod,reason={TAINT_EVICT_REASON}"
+TAINT_EVICT_CONDITION = "DeletionByDeviceTaintManager"
+TAINT_EVICTED_RELEASED = (
+    "Your GPU was taken out of service by the cluster (a NoExecute device taint, e.g. an admin's "
+    "DeviceTaintRule), so its pods were evicted: your server was stopped and the GPU released, "
+    "as this hub is configured. Start again to get a healthy GPU."
+)
+TAINT_EVICTED_KEPT = (
+    "Your GPU was taken out of service by the cluster (a NoExecute device taint, e.g. an admin's "
+    "DeviceTaintRule), so its pods were evicted and your server was stopped. Start again: you "
+    "get a healthy GPU of the same size."
+)
 
 
 def blocking(taint: Obj) -> bool:
@@ -95,3 +112,35 @@ def since(taints: Iterable[Obj], default: float = 0.0) -> float:
     times = [epoch(t.get("timeAdded")) for t in taints]
     known = [x for x in times if x is not None]
     return min(known) if known else default
+
+
+def taint_evicted(events: Iterable[Obj], namespace: str, pods: Iterable[str], since: float = 0.0) -> bool:
+    """Whether the device-taint eviction controller evicted one of `pods` (its event, newer than
+    `since`, epoch seconds)."""
+    wanted = set(pods)
+    for e in events:
+        obj = e.get("involvedObject") or {}
+        if (
+            e.get("reason") == TAINT_EVICT_REASON
+            and obj.get("namespace") == namespace
+            and obj.get("name") in wanted
+            and _event_time(e) >= since
+        ):
+            return True
+    return False
+
+
+def taint_evicted_pod(pod: Obj | None) -> bool:
+    """The pod carries the eviction controller's DisruptionTarget condition."""
+    for c in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "DisruptionTarget" and c.get("reason") == TAINT_EVICT_CONDITION:
+            return True
+    return False
+
+
+def _event_time(e: Obj) -> float:
+    for v in (e.get("lastTimestamp"), e.get("eventTime"), (e.get("metadata") or {}).get("creationTimestamp")):
+        t = epoch(v)
+        if t is not None:
+            return t
+    return float("inf")

@@ -60,3 +60,8 @@ def tainted_now() -> dict[health.DeviceKey, list[Obj]]:
 
 def for_claims(claims: Iterable[Obj], server: str | None = None) -> list[dict[str, Any]]:
     return notices(claims, tainted_now(), server)
+
+
+def claim_broken(claim: Obj) -> list[Obj]:
+    """The blocking taints of a claim's allocated devices, as the slice watch shows them now."""
+    return health.claim_taints(claim, tainted_now())

@@ -35,7 +35,7 @@ from gpusessions.core.options import validate as validate_options
 from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.queues import QueuePolicy
 from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
-from gpusessions.hub import lifecycle, notices
+from gpusessions.hub import health, lifecycle, notices
 from gpusessions.hub.admission import Admission
 from gpusessions.hub.picker import figures_for, render_form
 from gpusessions.hub.reconcile import Reconcile
@@ -223,6 +223,8 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             claim_seen=watch.claim_seen,
             class_seen=watch.class_seen,
             cached=watch.cached,
+            # A kept claim on a device the driver tainted (a broken GPU) is not re-attached.
+            broken=health.claim_broken,
         )
 
     def _emit(self, message: str) -> None:
@@ -428,7 +430,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
                 return await self._reconcile(running=True).running()
             except KubeError as e:
                 self.log.warning("%s: could not check the GPU holder: %s", self._log_name, e.message)
-        elif status is not None and self._gpu_state.get("queue") and self._gpu_state.get("claim"):
+        elif status is not None and self._gpu_state.get("claim"):
             try:
                 await self._reconcile(running=False).stopped()
             except KubeError as e:
