@@ -132,7 +132,9 @@ class Reconcile:
         def found(events: list[Obj]) -> bool | None:
             return True if health.taint_evicted(events, n.namespace, pods, self.since) else None
 
-        if not await self.api.wait_events(
+        # The holder watch may still show the pod going, with the controller's condition on it.
+        seen = self.holders.objects.get(f"{n.namespace}/{n.holder}") if self.holders is not None else None
+        if not health.taint_evicted_pod(seen) and not await self.api.wait_events(
             n.namespace, health.TAINT_EVICT_SELECTOR, found, self.taint_event_wait
         ):
             return False
