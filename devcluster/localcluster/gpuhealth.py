@@ -73,8 +73,9 @@ def carry_taints(want: Obj, current: Obj) -> Obj:
 
 
 def _node_slices(api: KubeAPI, node: str) -> list[Obj]:
+    # A list's items carry no kind: set it, to write them back.
     return [
-        s
+        {**s, "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice"}
         for s in api.list("ResourceSlice")["items"]
         if s["spec"].get("nodeName") == node and s["spec"]["driver"] == DRIVER
     ]

@@ -74,6 +74,8 @@ class Reconcile:
     session: Callable[[], GPUSession]  # a session for healing the holder (kernels as at the start)
     release: Callable[[], Awaitable[bool]]  # the spawner's release_gpu (forgets the state too)
     notify: Callable[[str], None]  # a notice to the user, on the home page and in JupyterLab
+    # The same, told once per start (the polls before and after a stop both see an eviction).
+    notify_once: Callable[[str], object] | None = None
     queue: str = ""  # the scheduler queue saved at the start ("" : none)
     since: float = 0.0  # when the start began: older eviction events are not about this session
     kernels: bool = False  # the holder hosts the kernels (they go with a lost holder)
@@ -139,11 +141,12 @@ class Reconcile:
         ):
             return False
         self.log.warning("%s: pods evicted for a NoExecute device taint", self.log_name)
+        tell = self.notify_once or self.notify
         if self.on_holder_loss == "release":
-            self.notify(health.TAINT_EVICTED_RELEASED)
+            tell(health.TAINT_EVICTED_RELEASED)
             await self.release()
         else:
-            self.notify(health.TAINT_EVICTED_KEPT)
+            tell(health.TAINT_EVICTED_KEPT)
         return True
 
     async def stopped(self, holder_lost: bool = False) -> bool:

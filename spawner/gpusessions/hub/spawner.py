@@ -459,6 +459,8 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         def notify(text: str) -> None:
             notices.post(user, server, text)
 
+        since = float(self._gpu_state.get("since") or 0)
+
         return Reconcile(
             api=api,
             names=n,
@@ -467,8 +469,9 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             session=session,
             release=self.release_gpu,
             notify=notify,
+            notify_once=lambda text: notices.post_once(user, server, text, since),
             queue=self._gpu_state.get("queue", ""),
-            since=float(self._gpu_state.get("since") or 0),
+            since=since,
             kernels=kernels,
             on_holder_loss=self._setting("on_holder_loss"),
             evict_event_wait=self.kai_evict_event_wait,
