@@ -17,6 +17,7 @@ from gpusessions.culler.history import History
 from gpusessions.culler.metrics import exposition
 from gpusessions.culler.model import Session
 from gpusessions.hub import health as hub_health
+from gpusessions.hub import notices as hub_notices
 from gpusessions.hub import sizecheck
 from gpusessions.hub.reconcile import Reconcile
 from gpusessions.hub.session import SessionNames
@@ -221,3 +222,12 @@ def test_a_taint_eviction_stops_the_server_and_keeps_or_releases_the_gpu() -> No
     assert health.taint_evicted_pod(
         {"status": {"conditions": [{"type": "DisruptionTarget", "reason": "DeletionByDeviceTaintManager"}]}}
     )
+
+
+def test_an_eviction_two_polls_see_is_told_once_per_start() -> None:
+    hub_notices.clear("zoe")
+    assert hub_notices.post_once("zoe", "", "evicted", since=100.0)
+    assert not hub_notices.post_once("zoe", "", "evicted", since=100.0)
+    assert hub_notices.post_once("zoe", "other", "evicted", since=100.0), "another server"
+    assert [n["server"] for n in hub_notices.for_user("zoe")] == ["", "other"]
+    hub_notices.clear("zoe")
