@@ -1,7 +1,8 @@
 """A broken GPU on the local cluster: the simulated driver taints the device as the NVIDIA DRA
 driver does (`localcluster.gpuhealth`), and its user, the admin and the picker see it; the
 next start lands on a healthy GPU. An admin's DeviceTaintRule (NoExecute) evicts a session
-like a drain: its user is told, and the next start is allocated a healthy device."""
+like a drain: its user is told, and the next start is allocated a healthy device. KAI's
+scheduler (with DRADeviceTaints on) does not allocate a device the driver tainted."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from gpusessions.core import health
 from localcluster import gpuhealth, waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
+from localcluster.testing import allocated
 
 from .cullertools import metrics
 from .healthtools import health_hub, notices, page
@@ -25,8 +27,9 @@ from .hubtools import (
     wait_ready,
     wait_stopped,
 )
+from .kaitools import kai_claim, kai_pod, make_queues, queue, queue_names, stays_pending
 
-pytestmark = [pytest.mark.cluster, pytest.mark.shared_hub.with_args(health_hub)]
+pytestmark = pytest.mark.cluster
 ONE_G = {"profile": "mig-1g-10gb"}
 MESSAGE = (
     "Your GPU reported a fatal error (XID 79); save your work: Release and start again to get a healthy GPU."
@@ -37,6 +40,7 @@ def _health_notices(hub: Hub, user: str) -> list[str]:
     return [n["text"] for n in notices(hub, user) if n.get("kind") == "gpu-health"]
 
 
+@pytest.mark.shared_hub.with_args(health_hub)
 def test_a_broken_gpu_is_seen_by_its_user_the_admin_and_the_picker_and_replaced(
     api: KubeAPI, namespace: str, hub: Hub
 ) -> None:
@@ -83,6 +87,7 @@ def test_a_broken_gpu_is_seen_by_its_user_the_admin_and_the_picker_and_replaced(
         gpuhealth.heal(api, node)
 
 
+@pytest.mark.shared_hub.with_args(health_hub)
 def test_a_device_taint_rule_evicts_like_a_drain_and_the_next_start_gets_a_healthy_gpu(
     api: KubeAPI, namespace: str, hub: Hub
 ) -> None:
@@ -106,3 +111,17 @@ def test_a_device_taint_rule_evicts_like_a_drain_and_the_next_start_gets_a_healt
         assert allocated_device(api, namespace, "gpu-bob")[1] != device, "not the tainted device again"
     finally:
         api.delete("DeviceTaintRule", namespace)
+
+
+def test_kai_does_not_allocate_a_device_the_driver_tainted(api: KubeAPI, namespace: str) -> None:
+    parent, leaf = queue_names(namespace)
+    for _ in make_queues(api, [queue(parent, 2, 2), queue(leaf, 2, 2, parent=parent)]):
+        gpuhealth.fail_gpu(api, "gpu-node-0", "gpu-1", xid=79)  # the small shape's one whole GPU
+        try:
+            api.create(kai_claim("c", leaf, "gpu.nvidia.com"), namespace)
+            api.create(kai_pod("p", leaf, "c"), namespace)
+            assert stays_pending(api, namespace, "p", leaf), "KAI allocated the broken GPU"
+        finally:
+            gpuhealth.heal(api, "gpu-node-0")
+        # Healed (the plugin restarted): the same claim gets the GPU in a later cycle.
+        assert allocated(waits.claim_allocated(api, namespace, "c")) == [("gpu-node-0", "gpu-1")]
