@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from gpusessions.core.reclaim import event_time
 from gpusessions.core.timestamps import epoch
 
 Obj = dict[str, Any]
@@ -124,7 +125,7 @@ def taint_evicted(events: Iterable[Obj], namespace: str, pods: Iterable[str], si
             e.get("reason") == TAINT_EVICT_REASON
             and obj.get("namespace") == namespace
             and obj.get("name") in wanted
-            and _event_time(e) >= since
+            and event_time(e) >= since
         ):
             return True
     return False
@@ -137,10 +138,3 @@ def taint_evicted_pod(pod: Obj | None) -> bool:
             return True
     return False
 
-
-def _event_time(e: Obj) -> float:
-    for v in (e.get("lastTimestamp"), e.get("eventTime"), (e.get("metadata") or {}).get("creationTimestamp")):
-        t = epoch(v)
-        if t is not None:
-            return t
-    return float("inf")
