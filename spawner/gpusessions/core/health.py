@@ -137,4 +137,3 @@ def taint_evicted_pod(pod: Obj | None) -> bool:
         if c.get("type") == "DisruptionTarget" and c.get("reason") == TAINT_EVICT_CONDITION:
             return True
     return False
-
