@@ -15,26 +15,40 @@ KUBE_VERSION = "1.36"
 EMULATED_VERSIONS = ("1.35", "1.34")
 # Feature gates each version needs beyond its defaults. 1.36 turns on by default what
 # gpusessions uses (partitionable devices, device taints, consumable capacity, extended
-# resources backed by DRA, binding conditions, resource health in pod status); in 1.34 and
-# 1.35 partitionable devices (counter sets, KEP-4815) is alpha and off. DRA itself,
-# prioritized lists (firstAvailable) and the v1 API are on by default in all three.
+# resources backed by DRA, binding conditions, resource health in pod status), but not
+# DeviceTaintRules (an admin's taint; NoExecute evicts), beta and off. In 1.34 and 1.35
+# partitionable devices (counter sets, KEP-4815) and device taints (KEP-5055: the NVIDIA
+# driver taints a failing GPU in its ResourceSlice, `gpu.nvidia.com/xid`; without the gate the
+# apiserver drops a slice's taints and the scheduler ignores them) are alpha and off;
+# DeviceTaintRules has a gate of its own from 1.35 (in 1.34 DRADeviceTaints covers them).
+# DRA itself, prioritized lists (firstAvailable) and the v1 API are on by default in all three.
 FEATURE_GATES = {
-    "1.36": "",
-    "1.35": "DRAPartitionableDevices=true",
-    "1.34": "DRAPartitionableDevices=true",
+    "1.36": "DRADeviceTaintRules=true",
+    "1.35": "DRAPartitionableDevices=true,DRADeviceTaints=true,DRADeviceTaintRules=true",
+    "1.34": "DRAPartitionableDevices=true,DRADeviceTaints=true",
+}
+# The DeviceTaintRule API: resource.k8s.io/v1alpha3 (alpha, off by default; the tests' rules
+# use it), and in 1.36 also its beta, resource.k8s.io/v1beta2, off by default too.
+RUNTIME_CONFIG = {
+    "1.36": "resource.k8s.io/v1alpha3=true,resource.k8s.io/v1beta2/devicetaintrules=true",
+    "1.35": "resource.k8s.io/v1alpha3=true",
+    "1.34": "resource.k8s.io/v1alpha3=true",
 }
 
 
-def version_flags(emulate: str | None) -> list[str]:
-    """The feature-gate and emulation flags of a component for the version it runs as."""
+def version_flags(emulate: str | None, apiserver: bool = False) -> list[str]:
+    """The feature-gate and emulation flags of a component for the version it runs as (and the
+    apiserver's runtime config)."""
     if emulate is not None and emulate not in EMULATED_VERSIONS:
         raise ValueError(
             f"Kubernetes {KUBE_VERSION} binaries emulate {', '.join(EMULATED_VERSIONS)}, not {emulate!r}"
         )
-    gates = FEATURE_GATES[emulate or KUBE_VERSION]
+    version = emulate or KUBE_VERSION
+    gates = FEATURE_GATES[version]
     return [
         *([f"--emulated-version={emulate}"] if emulate else []),
         *([f"--feature-gates={gates}"] if gates else []),
+        *([f"--runtime-config={RUNTIME_CONFIG[version]}"] if apiserver else []),
     ]
 
 
@@ -51,6 +65,9 @@ CONTROLLERS = (
     "ttl-after-finished-controller",
     # Job definitions (schedules): CronJobs make the runs' Jobs.
     "cronjob-controller",
+    # Evicts the pods of a claim whose device has a NoExecute taint (a DeviceTaintRule's),
+    # with a DisruptionTarget condition (reason DeletionByDeviceTaintManager) first.
+    "device-taint-eviction-controller",
 )
 
 
@@ -121,7 +138,7 @@ def apiserver_cmd(paths: ClusterPaths, pki: PKI, ports: Ports, emulate: str | No
         f"--kubelet-certificate-authority={pki.ca_crt}",
         f"--kubelet-client-certificate={pki.kubelet_client_crt}",
         f"--kubelet-client-key={pki.kubelet_client_key}",
-        *version_flags(emulate),
+        *version_flags(emulate, apiserver=True),
         "--profiling=false",
         "--max-requests-inflight=1000",
         "--max-mutating-requests-inflight=500",

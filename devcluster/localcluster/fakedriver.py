@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .gpuhealth import carry_taints
 from .gpumodels import MigProfile
 from .kubeapi import KubeAPI
 from .paths import ClusterPaths
@@ -42,6 +43,9 @@ class FakeDriver:
         self.nodes = {n.name: n for n in shape.nodes}
         self.uuids = device_uuids(shape)
         self.fake_nvml_dir = paths.root / "fake-nvml"
+        # The plugin's device taints (GPU health, `gpuhealth`) live in its memory: its first
+        # publish has none, later ones keep what the slices show (`gpuhealth.fail_gpu` wrote).
+        self._published = False
 
     def container_nvml(self, node: str, key: str, uuids: list[str]) -> str:
         """A fake-NVML configuration that sees only these devices of the node (what NVML in a
@@ -102,12 +106,16 @@ class FakeDriver:
             cur = have.get(name)
             if cur is None:
                 self.api.create(s)
-            elif _slice_differs(cur, s):
+                continue
+            if self._published:
+                s = carry_taints(s, cur)
+            if _slice_differs(cur, s):
                 s = dict(s)
                 s["metadata"] = {**s["metadata"], "resourceVersion": cur["metadata"]["resourceVersion"]}
                 self.api.replace(s)
         for name in set(have) - set(want):
             self.api.delete("ResourceSlice", name)
+        self._published = True
 
 
 def node_slices(node: NodeSpec, owner_uid: str | None = None) -> list[Obj]:

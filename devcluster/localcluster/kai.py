@@ -32,8 +32,11 @@ COMPONENTS = (
 SCHEDULER_NAME = "kai-scheduler"
 QUEUE_LABEL = "kai.scheduler/queue"
 # Structured-parameters features of the DRA allocator in KAI's scheduler (with the project's
-# patch, devcluster/kai/patches/): partitionable devices is alpha and off in 1.35.
-FEATURE_GATES = "DRAPartitionableDevices=true"
+# patch, devcluster/kai/patches/): partitionable devices is alpha and off in 1.35, and so are
+# device taints (with the gate the allocator skips a device the driver tainted NoSchedule, as
+# kube-scheduler does; KAI's slice tracker does not apply DeviceTaintRules, see
+# docs/reliability.md).
+FEATURE_GATES = "DRAPartitionableDevices=true,DRADeviceTaints=true"
 # How often KAI's scheduler runs a scheduling cycle (its default is 1 s).
 SCHEDULE_PERIOD = "1s"
 # KAI's four priority classes, as its chart installs them (deployments/kai-scheduler/templates/

@@ -35,6 +35,8 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "ResourceClaimTemplate": ("resource.k8s.io/v1", "resourceclaimtemplates", True),
     "ResourceSlice": ("resource.k8s.io/v1", "resourceslices", False),
     "DeviceClass": ("resource.k8s.io/v1", "deviceclasses", False),
+    # An admin's device taint (DRADeviceTaintRules: alpha in 1.35, served in v1alpha3).
+    "DeviceTaintRule": ("resource.k8s.io/v1alpha3", "devicetaintrules", False),
     "PriorityClass": ("scheduling.k8s.io/v1", "priorityclasses", False),
     "NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies", True),
     "Role": ("rbac.authorization.k8s.io/v1", "roles", True),

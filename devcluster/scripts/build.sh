@@ -10,7 +10,8 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 root="$(cd "$here/.." && pwd)"
 BIN_DIR="${BIN_DIR:-$root/.cache/devcluster/bin}"
 K8S_VERSION="v1.36.5"
-K8S_MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
+K8S_MINOR="${K8S_VERSION#v1.}"
+K8S_MINOR="${K8S_MINOR%%.*}"
 BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl)
 
 if ! command -v go >/dev/null 2>&1; then

@@ -108,6 +108,9 @@ export function memory(d: IReading): string | null {
 export function gpuLine(d: IReading): string {
   const st = d.state || {};
   const parts = [(d.session && d.session.gpu) || 'GPU'];
+  if (st.health && !st.health.ok) {
+    parts.push('GPU FAILED: release it');
+  }
   parts.push(memory(d) || 'memory ?');
   parts.push(st.keep_on_stop ? 'kept' : 'not kept');
   if (st.warning) {

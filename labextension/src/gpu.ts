@@ -12,6 +12,7 @@ import { keep } from './keep';
 import { notify } from './notify';
 import { addPanel, GPUPanel, PANEL_ID } from './panel';
 import { confirmRelease, release } from './release';
+import { firstHealth } from './seen';
 import { parseReading } from './sse';
 import { addStatusItem, GPUStatusItem } from './statusitem';
 import { IReading } from './types';
@@ -69,6 +70,13 @@ function activate(app: JupyterFrontEnd, statusBar: IStatusBar | null): void {
   // The item and the panel appear with the first reading of a gpusessions GPU server.
   const show = (d: IReading) => {
     last = d;
+    const health = d.state?.health;
+    if (health && !health.ok && firstHealth(health.message)) {
+      // A broken GPU is said at once (the stream's next reading), with Release at hand.
+      notify('error', health.message, [
+        { label: 'Release my GPU', displayType: 'warn', callback: () => void releaseGPU() }
+      ]);
+    }
     if (!panel) {
       panel = addPanel(app);
       item = addStatusItem(app, statusBar, () => app.shell.activateById(PANEL_ID));

@@ -14,7 +14,7 @@ import { hubInfo, hubRequest, request } from './api';
 import { idleMessage, lostKernelsMessage, NOTIFICATION_MAX, warningKey } from './format';
 import { KEEP_COMMAND, keep } from './keep';
 import { dismiss, notify } from './notify';
-import { Seen } from './seen';
+import { firstHealth, Seen } from './seen';
 import { INotice, IWarnings } from './types';
 
 const HUB_COMMAND = 'hub:control-panel';
@@ -62,6 +62,9 @@ function activate(app: JupyterFrontEnd): void {
   // JupyterLab cuts a notification at 140 characters: a longer notice links to the hub
   // home page, which shows it whole (JupyterLab's own command under JupyterHub).
   const showNotice = (n: INotice) => {
+    if (n.kind === 'gpu-health' && !firstHealth(n.text)) {
+      return; // the GPU panel's stream said it already
+    }
     const more =
       n.text.length > NOTIFICATION_MAX && app.commands.hasCommand(HUB_COMMAND)
         ? [
@@ -72,7 +75,7 @@ function activate(app: JupyterFrontEnd): void {
             }
           ]
         : [];
-    notify(n.level === 'info' ? 'info' : 'warning', n.text, more);
+    notify(n.level === 'info' ? 'info' : n.level === 'error' ? 'error' : 'warning', n.text, more);
   };
 
   const gone = () => {

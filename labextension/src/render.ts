@@ -86,6 +86,15 @@ export function renderPanel(node: HTMLElement, d: IReading, actions: IPanelActio
       row('Claim', st.claim || sess.claim || '?', 'claim')
     ])
   ];
+  if (st.health && !st.health.ok) {
+    body.splice(
+      1,
+      0,
+      el('p', { class: 'gpusessions-gpu-error', 'data-gpu-field': 'health', role: 'alert' }, [
+        st.health.message
+      ])
+    );
+  }
   const kept = keptUntilText(st.kept_until, st.kept_contended_until);
   if (kept) {
     body.push(el('p', { 'data-gpu-field': 'kept-until' }, [kept]));

@@ -12,3 +12,15 @@ export class Seen {
 
   private _seen = new Set<string>();
 }
+
+/** Health messages already shown in this tab, by either plugin (the stream or the notices). */
+const healthShown = new Set<string>();
+
+/** True the first time this GPU health message is to be shown in this tab. */
+export function firstHealth(message: string): boolean {
+  if (healthShown.has(message)) {
+    return false;
+  }
+  healthShown.add(message);
+  return true;
+}

@@ -32,7 +32,14 @@ export interface IHubState {
   /** The keep in force holds only until then while another user waits for this size. */
   kept_contended_until?: number | null;
   warning?: IWarning | null;
+  /** The GPU's health: not ok when the driver tainted its device (an XID, a lost GPU). */
+  health?: IHealth;
   error?: string;
+}
+
+export interface IHealth {
+  ok: boolean;
+  message: string;
 }
 
 export interface ISummary {
@@ -74,6 +81,8 @@ export interface INotice {
   at: number | string;
   text: string;
   level?: string;
+  /** `gpu-health`: the GPU is broken (the GPU panel's stream tells it too). */
+  kind?: string;
 }
 
 export interface ILostKernels {

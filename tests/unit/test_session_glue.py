@@ -225,6 +225,25 @@ def test_a_claim_the_watch_missed_is_read_after_its_409_and_adopted() -> None:
     assert "create Secret" not in api.calls and "create pod" not in api.calls
 
 
+def test_a_kept_claim_on_a_broken_gpu_is_released_and_a_new_one_made() -> None:
+    api, said = FakeAPI(), []
+    kept = C.build_claim(NAMES.claim, NAMES.namespace, REQUEST, NAMES.username, NAMES.servername)
+    kept["metadata"]["uid"] = "u-0"
+    kept["status"] = allocation_status("gpu-node-0", "gpu-0-mig-1g10gb-0", "gpu-node-0")
+    api.claims[NAMES.claim] = kept
+    session = cold_session(api, said, kernels=None)
+    session.claim_seen = lambda ns, name: True
+    xid = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
+    session.broken = lambda claim: [xid] if claim["metadata"]["uid"] == "u-0" else []
+    alloc = asyncio.run(session.ensure(30))
+    assert said[0] == (
+        "The GPU kept for you reported a fatal error (XID 79): releasing it and allocating a "
+        "healthy GPU of the same size ..."
+    )
+    assert api.calls[:3] == ["get claim", "delete pod", "delete claim"], api.calls
+    assert not alloc.kept and alloc.claim["metadata"]["uid"] == "u-1", "a new claim, not the kept one"
+
+
 def test_create_first_falls_back_to_reading_on_a_conflict() -> None:
     made: list[str] = []
 
@@ -415,9 +434,11 @@ def test_a_holder_kai_evicted_is_released_with_the_reclaim_notice_not_recreated(
         "told: Your GPU session was taken back by the scheduler: your team's queue team-a"
     )
     assert done[1:] == ["released"]
-    assert api.calls == ["get pod", "events involvedObject.kind=PodGroup,reason=Evict (5 s)"], (
-        "one read of the holder"
-    )
+    assert api.calls == [
+        "get pod",
+        "events involvedObject.kind=Pod,reason=DeviceTaintManagerEviction (2 s)",
+        "events involvedObject.kind=PodGroup,reason=Evict (5 s)",
+    ], "one read of the holder; a device taint's eviction looked for first"
 
 
 def test_a_stopped_server_is_a_reclaim_only_with_an_evict_event_for_its_pods() -> None:

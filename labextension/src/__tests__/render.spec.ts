@@ -1,4 +1,4 @@
-import { clock } from '../format';
+import { clock, gpuLine } from '../format';
 import { renderPanel } from '../render';
 import { IReading } from '../types';
 
@@ -93,5 +93,22 @@ describe('the side panel', () => {
     renderPanel(node, { ...reading, session: { ...reading.session, node: 'n4' } }, actions);
     expect(node.querySelectorAll('h2')).toHaveLength(1);
     expect(node.querySelector('[data-gpu-field="node"] td')?.textContent).toBe('n4');
+  });
+});
+
+describe('a broken GPU', () => {
+  const message =
+    'Your GPU reported a fatal error (XID 79); save your work: Release and start again to get a healthy GPU.';
+  it('is said first in the panel and in the status line', () => {
+    const broken = { ...reading, state: { ...reading.state, health: { ok: false, message } } };
+    const { node, field } = panel(broken);
+    expect(field('health')).toBe(message);
+    expect(node.querySelector('h2')?.nextElementSibling?.getAttribute('data-gpu-field')).toBe('health');
+    expect(gpuLine(broken)).toContain('GPU FAILED');
+  });
+  it('says nothing while the GPU is healthy', () => {
+    const healthy = { ...reading, state: { ...reading.state, health: { ok: true, message: '' } } };
+    expect(panel(healthy).field('health')).toBeUndefined();
+    expect(gpuLine(healthy)).not.toContain('FAILED');
   });
 });

@@ -9,8 +9,10 @@ as unknown rather than guessed.
 Counting follows the scheduler's allocator: devices are taken first-fit in
 slice order; a device is free when no claim has it; a device that consumes
 counters (partitionable GPUs) fits only while its pool's counter set has
-enough left after what allocated devices consume. So "N free" means N claims
-of that size can be allocated now, one after another.
+enough left after what allocated devices consume; a device with a `NoSchedule` or
+`NoExecute` taint (a broken GPU, `core.health`) is never free, though it counts in the
+total of an empty cluster. So "N free" means N claims of that size can be allocated now,
+one after another.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from fractions import Fraction
 from typing import Any, TypeVar, cast
 
 from gpusessions.core.claims import GPURequest
+from gpusessions.core.health import device_taints
 from gpusessions.core.sizes import DeviceMatch, mig_slices, parse_cel, quantity
 
 Obj = dict[str, Any]
@@ -53,6 +56,8 @@ class Inventory:
     # Whole GPUs their pool also publishes as the parent of MIG devices (NVIDIA DRA driver 25.8.0;
     # fixed in 25.8.1): a whole-GPU claim could take a GPU that MIG sessions use.
     cut: set[DeviceKey] = field(default_factory=set)
+    # Devices with a NoSchedule or NoExecute taint (the driver's health taints): never free.
+    tainted: dict[DeviceKey, list[Obj]] = field(default_factory=dict)
 
     @classmethod
     def from_slices(cls, slices: Iterable[Obj]) -> Inventory:
@@ -73,6 +78,9 @@ class Inventory:
                 key = (driver, pool, d["name"])
                 inv.devices.append((key, d))
                 inv.by_key[key] = d
+                taints = device_taints(d)
+                if taints:
+                    inv.tainted[key] = taints
                 if d.get("consumesCounters"):
                     inv.consumption[key] = [
                         (
@@ -258,6 +266,8 @@ def count_free(
     keys = candidates if candidates is not None else inv.candidates(match)
     per = max(per_session, 1)
     left = left if left is not None else remaining_counters(inv, allocated)
+    if inv.tainted:
+        allocated = allocated | inv.tainted.keys()  # a broken GPU is never free
     if per == 1:
         now = _greedy(inv, keys, allocated, left)
         if total is None:

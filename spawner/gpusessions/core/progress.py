@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpusessions.core.claims import allocated_devices, allocated_node
+from gpusessions.core.health import reasons
 
 Obj = dict[str, Any]
 
@@ -51,6 +52,14 @@ def kept(what: str, claim: Obj) -> str:
     node = allocated_node(claim) or "?"
     return (
         f"GPU kept from your last start, reattaching: {what}, device {device_summary(claim)} on node {node}"
+    )
+
+
+def broken_gpu(taints: list[Obj]) -> str:
+    """A kept GPU the driver reported broken, at the next start."""
+    return (
+        f"The GPU kept for you reported {reasons(taints)}: releasing it and allocating a healthy "
+        "GPU of the same size ..."
     )
 
 

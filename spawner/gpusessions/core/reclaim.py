@@ -28,7 +28,7 @@ def evicted_by(events: Iterable[Obj], namespace: str, pods: Iterable[str], since
     newer than `since` (epoch seconds); None if KAI evicted none of them."""
     wanted = set(pods)
     for e in events:
-        if e.get("reason") != EVICT_REASON or _event_time(e) < since:
+        if e.get("reason") != EVICT_REASON or event_time(e) < since:
             continue
         # The first line names pod and workload; KAI adds a line per queue on its fair share.
         m = _EVICTED.match(str(e.get("message") or "").strip().splitlines()[0] if e.get("message") else "")
@@ -37,7 +37,7 @@ def evicted_by(events: Iterable[Obj], namespace: str, pods: Iterable[str], since
     return None
 
 
-def _event_time(e: Obj) -> float:
+def event_time(e: Obj) -> float:
     """When the event last happened (epoch seconds); +inf when it says nothing (count it)."""
     for v in (e.get("lastTimestamp"), e.get("eventTime"), (e.get("metadata") or {}).get("creationTimestamp")):
         t = epoch(v)

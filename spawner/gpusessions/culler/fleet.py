@@ -14,7 +14,9 @@ GPU-equivalents: a MIG slice `Ng.*` is N/7, a whole GPU 1 (as the culler's recor
 counts them).
 
 "Free" means held by no gpusessions session: the culler watches only its own
-claims, so a device another workload allocated shows free here.
+claims, so a device another workload allocated shows free here. A device with a
+`NoSchedule` or `NoExecute` taint (the driver reported it broken: an XID, a lost GPU;
+`core.health`) is "broken", held or not, and the map says why.
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpusessions.core import health
 from gpusessions.core.sizes import mig_slices
 from gpusessions.culler.model import Session
 
 Obj = dict[str, Any]
 
 # Cell states, in the order the page's legend shows them (cells carry their index).
-FREE, BUSY, IDLE, KEPT, PENDING = "free", "busy", "idle", "kept", "pending"
-STATES = [FREE, BUSY, IDLE, KEPT, PENDING]
+FREE, BUSY, IDLE, KEPT, PENDING, BROKEN = "free", "busy", "idle", "kept", "pending", "broken"
+STATES = [FREE, BUSY, IDLE, KEPT, PENDING, BROKEN]
 _INDEX = {s: i for i, s in enumerate(STATES)}
 
 # Node labels that name a node pool, most specific first (GKE, EKS, AKS, Karpenter, OpenShift
@@ -84,6 +87,8 @@ class Layout:
     # (pool, device) -> (node index, gpu index) for the devices a session can hold
     where: dict[tuple[str, str], tuple[int, int]]
     gpus: int
+    # (pool, device) -> why it is tainted (never allocated), for the devices that are
+    tainted: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 def _gpu_key(pool: str, device: Obj) -> tuple[tuple[str, str], str] | None:
@@ -120,6 +125,7 @@ def layout(
     """The GPUs of each node, from the slices of `driver`; grouped by node pool (a pool label
     on the Node) or else by the node's GPU shape. `nodes`: Node objects by name (optional)."""
     per_node: dict[str, dict[tuple[str, str], GPU]] = {}
+    tainted: dict[tuple[str, str], str] = {}
     for s in sorted(slices, key=lambda s: s["metadata"]["name"]):
         spec = s.get("spec") or {}
         if spec.get("driver") != driver:
@@ -137,6 +143,9 @@ def layout(
                 g = found_gpus[key] = GPU(key, _attr(d, "productName") or "", mode)
             g.bus = g.bus or _attr(d, "resource.kubernetes.io/pciBusID") or ""
             g.devices.append((d["name"], sevenths(d)))
+            taints = health.device_taints(d)
+            if taints:
+                tainted[(pool, d["name"])] = health.reasons(taints)
     out: list[Node] = []
     groups: list[str] = []
     where: dict[tuple[str, str], tuple[int, int]] = {}
@@ -159,7 +168,7 @@ def layout(
         out.append(Node(name, group, gpus))
         total += len(gpus)
     groups.sort()
-    return Layout(out, groups, where, total)
+    return Layout(out, groups, where, total, tainted)
 
 
 def cell_state(s: Session) -> str:
@@ -191,7 +200,9 @@ def fleet(lay: Layout, sessions: list[Session], idle_gpu_hours_today: float | No
     eq = dict.fromkeys(STATES, 0)  # in sevenths
     devs = dict.fromkeys(STATES, 0)
     gpus_by_state = dict.fromkeys(STATES, 0)
-    touched = {lay.where[k] for k in held if k in lay.where}
+    # GPUs with a device held or broken are drawn cell by cell; the others as the layout made them.
+    touched = {lay.where[k] for k in [*held, *lay.tainted] if k in lay.where}
+    broken: list[Obj] = []
     group_index = {g: i for i, g in enumerate(lay.groups)}
     nodes_out = []
     for ni, node in enumerate(lay.nodes):
@@ -209,6 +220,18 @@ def fleet(lay: Layout, sessions: list[Session], idle_gpu_hours_today: float | No
             pool = g.key[0]
             for dname, n in g.devices:
                 h = held.get((pool, dname))
+                why = lay.tainted.get((pool, dname))
+                if why is not None:
+                    broken.append(
+                        {
+                            "node": node.name,
+                            "gpu": g.label,
+                            "device": dname,
+                            "why": why,
+                            "session": -1 if h is None else h[0],
+                        }
+                    )
+                    h = (-1 if h is None else h[0], BROKEN)
                 if h is None:
                     if g.mode != "dynamic":
                         cells.append([dname, 0, n, -1])
@@ -235,5 +258,7 @@ def fleet(lay: Layout, sessions: list[Session], idle_gpu_hours_today: float | No
         "equivalents": {k: round(v / 7, 2) for k, v in eq.items()},
         "waiting": waiting,
         "idle_gpu_hours_today": None if idle_gpu_hours_today is None else round(idle_gpu_hours_today, 2),
+        # Each broken device: node, GPU label, device, why, the index of the session holding it.
+        "broken": broken,
     }
     return {"states": STATES, "groups": lay.groups, "nodes": nodes_out, "totals": totals}

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpusessions.core import health
 from gpusessions.culler.fleet import cell_state
 from gpusessions.culler.history import History, session_equivalent
 from gpusessions.culler.jobs import JobsCollector
@@ -77,6 +78,7 @@ class CullerCollector(Collector):
         yield idle
         yield gpu_hours(c)
         yield equivalents(c)
+        yield tainted_devices(c)
         yield CounterMetricFamily("gpusessions_culler_cycles", "Culler cycles run.", value=c.cycles)
         if c.last_cycle_seconds is not None:
             yield GaugeMetricFamily(
@@ -102,6 +104,41 @@ def equivalents(c: CullerState) -> GaugeMetricFamily:
             sums[key] = sums.get(key, 0.0) + session_equivalent(s)
     for key, v in sorted(sums.items()):
         g.add_metric(list(key), round(v, 4))
+    return g
+
+
+def tainted_devices(c: CullerState) -> GaugeMetricFamily:
+    """Devices with a NoSchedule or NoExecute taint (the driver reported the GPU broken, or an
+    admin's DeviceTaintRule), one series per device and taint, 1; `held`: a session holds it."""
+    g = GaugeMetricFamily(
+        "gpusessions_tainted_devices",
+        "Devices tainted NoSchedule or NoExecute (a broken GPU: gpu.nvidia.com/xid with the XID "
+        "as value, gpu.nvidia.com/gpu-lost; or an admin's taint), by node, pool, device, taint "
+        "key, value and effect, and whether a session holds it (held: true/false).",
+        labels=["node", "pool", "device", "key", "value", "effect", "held"],
+    )
+    slices = getattr(getattr(c, "cluster", None), "slices", None)
+    if slices is None:
+        return g
+    held = {d for s in c.sessions if s.allocated for d in s.devices}
+    nodes = {
+        (sl["spec"]["driver"], sl["spec"]["pool"]["name"]): sl["spec"].get("nodeName") or ""
+        for sl in slices.objects.values()
+    }
+    for (driver, pool, device), taints in sorted(health.tainted_devices(slices.objects.values()).items()):
+        for t in taints:
+            g.add_metric(
+                [
+                    nodes.get((driver, pool), ""),
+                    pool,
+                    device,
+                    t.get("key", ""),
+                    t.get("value", ""),
+                    t.get("effect", ""),
+                    "true" if f"{pool}/{device}" in held else "false",
+                ],
+                1,
+            )
     return g
 
 

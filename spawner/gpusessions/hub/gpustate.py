@@ -5,7 +5,8 @@
 
 The state is read from the hub's shared watch of claims (no API call): the claim, whether
 it is kept across stops, the culler's warning (warned, when, why) and a "keep" in force,
-plus the hub's notices for that server. A notebook server's token (scopes narrowed to
+plus the hub's notices for that server and the GPU's health (`hub/health.py`: a device the
+driver tainted as broken). A notebook server's token (scopes narrowed to
 that one server, see GPUSessionSpawner.server_token_scopes) is enough for both; so is
 the user's own token or an admin's.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from gpusessions.core import labels as L
 from gpusessions.core import scopes
-from gpusessions.hub import notices
+from gpusessions.hub import health, notices
 from gpusessions.hub.base import GPUSessionsAPIHandler
 from gpusessions.hub.keep import contended_until, keep_seconds, standing_warning
 from gpusessions.kube.watch import cluster_view
@@ -75,7 +76,10 @@ class GPUStateHandler(GPUSessionsAPIHandler):
         ]
         out = claim_state(mine[0] if mine else None, keep_for=keep_seconds(spawner))
         out["keep_on_stop"] = bool(getattr(spawner, "keep_gpu_on_stop", False))
-        out["notices"] = notices.for_user(user_name, server)
+        broken = health.for_claims(mine, server)
+        # The GPU panel's health line: the driver's taints on this session's device(s).
+        out["health"] = {"ok": not broken, "message": broken[0]["text"] if broken else ""}
+        out["notices"] = broken + notices.for_user(user_name, server)
         self.write_json(out)
 
 

@@ -21,7 +21,7 @@ from tornado import web
 
 from gpusessions.core import labels as L
 from gpusessions.core import scopes
-from gpusessions.hub import cull, notices
+from gpusessions.hub import cull, health, notices
 from gpusessions.hub.base import GPUSessionsAPIHandler
 from gpusessions.kube.api import SessionAPI
 from gpusessions.kube.watch import cluster_view
@@ -96,7 +96,8 @@ class WarningsHandler(GPUSessionsAPIHandler):
                     "keep_contended_until": contended_until(c, warned),
                 }
             )
-        self.write_json({"warnings": out, "notices": notices.for_user(user_name, server)})
+        told = health.for_claims(self.claims_of(user_name), server) + notices.for_user(user_name, server)
+        self.write_json({"warnings": out, "notices": told})
 
 
 class KeepHandler(GPUSessionsAPIHandler):

@@ -17,7 +17,8 @@ from typing import Any
 from jupyterhub.handlers.base import BaseHandler
 from tornado import web
 
-from gpusessions.hub import notices
+from gpusessions.hub import health, notices
+from gpusessions.hub.base import GPUSessionsAPIHandler
 
 
 class NoticesPage(BaseHandler):
@@ -27,7 +28,8 @@ class NoticesPage(BaseHandler):
         server = self.get_argument("server", None)
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
-        self.write(json.dumps({"notices": notices.for_user(user.name, server)}))
+        told = health.for_claims(GPUSessionsAPIHandler.claims_of(user.name), server)
+        self.write(json.dumps({"notices": told + notices.for_user(user.name, server)}))
 
 
 default_handlers: list[tuple[str, Any]] = [(r"/gpusessions/notices", NoticesPage)]

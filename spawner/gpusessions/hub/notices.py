@@ -25,6 +25,15 @@ def post(
     return notice
 
 
+def post_once(user: str, server: str, text: str, since: float, level: str = "warning") -> bool:
+    """`post`, unless the same text was posted for this server at or after `since` (an event
+    that two polls of one stop both see is told once). True if posted."""
+    if any(n["server"] == server and n["text"] == text and n["at"] >= since for n in _notices.get(user, ())):
+        return False
+    post(user, server, text, level)
+    return True
+
+
 def for_user(user: str, server: str | None = None, now: float | None = None) -> list[dict[str, Any]]:
     """Recent notices of the user (of one server when given), oldest first."""
     now = time.time() if now is None else now

@@ -91,6 +91,7 @@ class GPUSession:
         claim_seen: Callable[[str, str], bool | None] | None = None,
         class_seen: Callable[[str], bool | None] | None = None,
         cached: Callable[[str, str, str], Obj | None] | None = None,
+        broken: Callable[[Obj], list[Obj]] | None = None,
     ):
         self.api = api
         self.n = names
@@ -115,6 +116,9 @@ class GPUSession:
         # (None: not seen, or the watch cannot tell). Waits read it instead of the API when
         # it is the very object this start made or adopted (same uid).
         self.cached = cached
+        # A claim's blocking device taints (`core.health`: the driver reported its GPU broken);
+        # a kept claim on a broken GPU is released and a healthy one of the same size made.
+        self.broken = broken
         self._uids: dict[str, str] = {}
         self.what = request.describe()
         self.kernel_host = (
@@ -284,6 +288,12 @@ class GPUSession:
                 await self._wait_claim_gone(60)
                 return False
             if C.claim_matches(existing, self.request):
+                taints = self.broken(existing) if self.broken is not None else []
+                if taints:
+                    self.emit(P.broken_gpu(taints))
+                    self.log.warning("%s/%s is on a tainted device: %s", n.namespace, n.claim, taints)
+                    await self.release(wait=True)
+                    return False
                 await self._relabel(existing)
                 return True
             self.emit("You picked another GPU size: releasing the GPU you had ...")

@@ -6,6 +6,9 @@ forever. A cluster whose driver (25.8.0) publishes a GPU both whole and cut into
 a whole-GPU claim take a GPU that MIG sessions use. Both are found from the slices when the hub
 starts and logged as errors, one line per size and problem, naming the attribute and the node
 (`core.availability.size_problems`); the spawner refuses such a size with the same line.
+Devices of a size that the driver tainted as broken (`core.health`: an XID, a lost GPU) or an
+admin's DeviceTaintRule took out of service are logged as warnings, which and why: the size
+still works on its other devices.
 
 `schedule(c)` (called by `configure_hub`) runs the check once the hub's event loop runs, on the
 profile list the configuration ended with.
@@ -17,7 +20,8 @@ import asyncio
 import logging
 from typing import Any
 
-from gpusessions.core.availability import Inventory, size_problems
+from gpusessions.core import health
+from gpusessions.core.availability import Inventory, size_match, size_problems
 from gpusessions.core.claims import GPURequest
 from gpusessions.hub.picker import profile_request
 from gpusessions.hub.spawner import GPUSessionSpawner
@@ -37,6 +41,36 @@ def problems(requests: list[tuple[str, GPURequest]], inv: Inventory, classes: di
         if request.wants_gpu
         for line in size_problems(request, inv, classes)
     ]
+
+
+def tainted(requests: list[tuple[str, GPURequest]], inv: Inventory, classes: dict[str, Any]) -> list[str]:
+    """`profile <slug>: ...` for each GPU profile with devices that are tainted (never allocated
+    to it), naming each device, its node and why."""
+    out = []
+    for slug, request in requests:
+        if not request.wants_gpu or not inv.tainted:
+            continue
+        alternatives = (
+            [(a.device_class, list(a.selectors)) for a in request.first_available]
+            if request.first_available
+            else [(request.device_class, list(request.selectors))]
+        )
+        keys: dict[Any, None] = {}
+        for device_class, selectors in alternatives:
+            match = size_match([device_class], selectors, classes)
+            if match is not None:
+                keys.update(dict.fromkeys(inv.candidates(match)))
+        bad = [k for k in keys if k in inv.tainted]
+        if bad:
+            where = ", ".join(
+                f"{k[2]} on node {inv.pool_node.get((k[0], k[1])) or k[1]} ({health.reasons(inv.tainted[k])})"
+                for k in bad
+            )
+            out.append(
+                f"profile {slug}: {len(bad)} of {len(keys)} device(s) of this size are tainted and "
+                f"are not allocated: {where}"
+            )
+    return out
 
 
 class _Settings:
@@ -77,10 +111,14 @@ async def check(config: Any, timeout: float = READY_TIMEOUT) -> list[str]:
             log.warning("gpusessions size check: no cluster view after %.0fs; not checked", timeout)
             return []
         inv, _, _, classes = view.derived()
-        found = problems(requests_of(config), inv, classes)
+        requests = requests_of(config)
+        found = problems(requests, inv, classes)
+        broken = tainted(requests, inv, classes)
     except Exception as e:  # a check must never stop the hub
         log.warning("gpusessions size check failed: %s", e)
         return []
+    for line in broken:
+        log.warning("gpusessions size check: %s", line)
     for line in found:
         log.error("gpusessions size check: %s", line)
     if not found:

@@ -35,7 +35,7 @@ from gpusessions.core.options import validate as validate_options
 from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.queues import QueuePolicy
 from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
-from gpusessions.hub import lifecycle, notices, usercode
+from gpusessions.hub import health, lifecycle, notices, usercode
 from gpusessions.hub.admission import Admission
 from gpusessions.hub.picker import figures_for, render_form
 from gpusessions.hub.reconcile import Reconcile
@@ -224,6 +224,8 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             claim_seen=watch.claim_seen,
             class_seen=watch.class_seen,
             cached=watch.cached,
+            # A kept claim on a device the driver tainted (a broken GPU) is not re-attached.
+            broken=health.claim_broken,
         )
 
     def _emit(self, message: str) -> None:
@@ -430,7 +432,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
                 return await self._reconcile(running=True).running()
             except KubeError as e:
                 self.log.warning("%s: could not check the GPU holder: %s", self._log_name, e.message)
-        elif status is not None and self._gpu_state.get("queue") and self._gpu_state.get("claim"):
+        elif status is not None and self._gpu_state.get("claim"):
             try:
                 await self._reconcile(running=False).stopped()
             except KubeError as e:
@@ -456,9 +458,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
                 kernels=self._kernel_settings() if kernels else None,
             )
 
-        def notify(text: str) -> None:
-            notices.post(user, server, text)
-
+        since = float(self._gpu_state.get("since") or 0)
         return Reconcile(
             api=api,
             names=n,
@@ -466,9 +466,10 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             policy=self._queues(),
             session=session,
             release=self.release_gpu,
-            notify=notify,
+            notify=lambda text: notices.post(user, server, text),
+            notify_once=lambda text: notices.post_once(user, server, text, since),
             queue=self._gpu_state.get("queue", ""),
-            since=float(self._gpu_state.get("since") or 0),
+            since=since,
             kernels=kernels,
             on_holder_loss=self._setting("on_holder_loss"),
             evict_event_wait=self.kai_evict_event_wait,
