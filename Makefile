@@ -108,17 +108,23 @@ unit: venv labextension helm-build
 # (the first reuses a running one; tests/conftest.py): most of a test is waiting for a scheduler,
 # a culler cycle or a hub, so two share the two cores. TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
-# Then the DRA, spawner and KAI modules once more on Kubernetes 1.35 and 1.34, emulated by the
-# 1.36 binaries (--emulated-version; docs/devcluster.md). EMULATED_VERSIONS= skips that pass.
+# Beside them, the DRA, spawner and KAI modules once more on Kubernetes 1.35 and 1.34, emulated
+# by the 1.36 binaries (--emulated-version; docs/devcluster.md), each on a cluster of its own:
+# started first, waited for last (most of those tests wait for a scheduler, not the CPU).
+# EMULATED_VERSIONS= skips that pass.
 EMULATED_VERSIONS ?= 1.35 1.34
 EMULATED_TESTS := tests/integration/test_dra_behaviour.py tests/integration/test_kai_dra.py \
 	tests/integration/test_kai_queues.py tests/integration/test_spawner.py
 test: venv labextension node-deps browser-deps devcluster-build helm-build lint
 	@echo "gpusessions: running the tests (they start the local cluster, or reuse a running one) ..."
-	@set +e; $(BIN)/python -m pytest --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile); rc=$$?; \
+	@set +e; emu=""; \
+	if [ -n "$(strip $(EMULATED_VERSIONS))" ]; then \
+		bash devcluster/scripts/emulated-tests.sh "$(EMULATED_VERSIONS)" $(EMULATED_TESTS) & emu=$$!; fi; \
+	$(BIN)/python -m pytest --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile); rc=$$?; \
+	if [ -n "$$emu" ]; then wait $$emu; erc=$$?; else erc=0; fi; \
 	if [ $$rc -eq 5 ]; then echo "gpusessions: no tests were collected: that is a failure" >&2; exit 1; fi; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi; \
-	if [ -n "$(strip $(EMULATED_VERSIONS))" ]; then bash devcluster/scripts/emulated-tests.sh "$(EMULATED_VERSIONS)" $(EMULATED_TESTS); fi
+	exit $$erc
 
 # The README's pictures: the browser tests marked `screenshot` write docs/images/*.png, on a
 # hub configured as the demo's (random ports, a namespace of their own) and a demo-shaped local
