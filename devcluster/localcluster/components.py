@@ -20,11 +20,14 @@ EMULATED_VERSIONS = ("1.35", "1.34")
 # partitionable devices (counter sets, KEP-4815) and device taints (KEP-5055: the NVIDIA
 # driver taints a failing GPU in its ResourceSlice, `gpu.nvidia.com/xid`; without the gate the
 # apiserver drops a slice's taints and the scheduler ignores them) are alpha and off;
-# DeviceTaintRules has a gate of its own from 1.35 (in 1.34 DRADeviceTaints covers them).
+# DeviceTaintRules has a gate of its own from 1.35 (in 1.34 DRADeviceTaints covers them), left
+# off when 1.36 emulates 1.35 (below).
 # DRA itself, prioritized lists (firstAvailable) and the v1 API are on by default in all three.
 FEATURE_GATES = {
     "1.36": "DRADeviceTaintRules=true",
-    "1.35": "DRAPartitionableDevices=true,DRADeviceTaints=true,DRADeviceTaintRules=true",
+    # Not DRADeviceTaintRules: with it the 1.36 scheduler watches DeviceTaintRules in
+    # resource.k8s.io/v1beta2, which 1.35 does not serve, and never syncs (no pod is scheduled).
+    "1.35": "DRAPartitionableDevices=true,DRADeviceTaints=true",
     "1.34": "DRAPartitionableDevices=true,DRADeviceTaints=true",
 }
 # The DeviceTaintRule API: resource.k8s.io/v1alpha3 (alpha, off by default; the tests' rules
