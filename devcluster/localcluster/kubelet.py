@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import urllib3
+
 from . import podspec
 from .certs import PKI, issue_serving_cert
 from .fakedriver import CDI_DEVICES_ENV, FakeDriver
@@ -108,6 +110,10 @@ class PodRun:
     deleting: bool = False
     phase: str = "Running"
     devices: dict[str, str] = field(default_factory=dict)  # container -> NVIDIA_VISIBLE_DEVICES
+    # A status the apiserver has not taken yet (it was down): sent again each tick until it is,
+    # as a kubelet's status manager does; otherwise a change seen during an apiserver restart
+    # (a container that became ready) would never be reported.
+    unreported: bool = False
 
 
 class IPAllocator:
@@ -677,7 +683,7 @@ class Runtime:
                     self._drop_logs(run)
                     self.pods.pop(run.uid, None)
                 continue
-            if changed:
+            if changed or run.unreported:
                 self._report(run)
 
     def _fresh(self, pod: Obj) -> Obj | None:
@@ -708,8 +714,15 @@ class Runtime:
         try:
             self.api.patch("Pod", run.name, {"status": status}, run.namespace, subresource="status")
         except ApiError as e:
+            run.unreported = False  # answered: a 404 is a pod gone, another error is not retried
             if e.status != 404:
                 log.warning("status of %s/%s: %s", run.namespace, run.name, e)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            if not run.unreported:
+                log.warning("status of %s/%s not sent (%s); sending it again", run.namespace, run.name, e)
+            run.unreported = True
+        else:
+            run.unreported = False
 
     def _event(self, pod: Obj, reason: str, message: str, etype: str = "Normal") -> None:
         md = pod["metadata"]
@@ -733,7 +746,8 @@ class Runtime:
             "lastTimestamp": ts,
             "count": 1,
         }
-        with contextlib.suppress(ApiError):
+        # Best effort, as a kubelet's events: one lost while the apiserver is down is not sent again.
+        with contextlib.suppress(ApiError, urllib3.exceptions.HTTPError, OSError):
             self.api.create(ev)
 
 
