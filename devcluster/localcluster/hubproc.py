@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import secrets
 import subprocess
 import sys
@@ -35,19 +36,39 @@ class HubError(RuntimeError):
 # ephemeral port can be taken meanwhile by any outgoing connection (the fuzzer's hub restart
 # once failed so: "Address already in use").
 PORT_RANGE = (21000, 32000)
+# An access-log line of an answered GET (JupyterHub logs each request it served).
+_POLL_LINE = re.compile(r"\] 2\d\d GET ")
 
 
 _given: set[int] = set()  # ports handed out by this process: never twice (a hub's three must differ)
 
 
+def _slice() -> tuple[int, int]:
+    """This process's share of PORT_RANGE: the test processes that run side by side (two
+    pytest-xdist workers and the emulated passes) each have their own DEVCLUSTER_PORT_BASE
+    (16443, 20443, 24443, 28443), so each picks from its own quarter and two of them never
+    pick the same port between the look and the hub's bind."""
+    base = int(os.environ.get("DEVCLUSTER_PORT_BASE", "16443"))
+    width = (PORT_RANGE[1] - PORT_RANGE[0]) // 4
+    low = PORT_RANGE[0] + width * ((base // 4000) % 4)
+    return low, low + width - 1
+
+
+def _cluster_port(port: int) -> bool:
+    """A port a local cluster uses or will use (its base, x443, and the ports after it)."""
+    return 443 <= port % 1000 < 470
+
+
 def free_port() -> int:
-    """A free port on 127.0.0.1 outside the ephemeral range, not handed out before."""
+    """A free port on 127.0.0.1 outside the ephemeral range and the clusters' ports, in this
+    process's slice, not handed out before."""
+    low, high = _slice()
     for _ in range(200):
-        port = random.randint(*PORT_RANGE)
-        if port not in _given and port_free(port):
+        port = random.randint(low, high)
+        if port not in _given and not _cluster_port(port) and port_free(port):
             _given.add(port)
             return port
-    raise RuntimeError(f"no free port in {PORT_RANGE[0]}-{PORT_RANGE[1]} on 127.0.0.1")
+    raise RuntimeError(f"no free port in {low}-{high} on 127.0.0.1")
 
 
 @dataclass
@@ -66,6 +87,12 @@ class Hub:
         with open(self.log, "rb") as f:
             f.seek(self.log_since)
             return f.read().decode(errors="replace")
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of `log_text`, without the access-log lines of answered GETs (a test that
+        polls the hub fills its log with them): what a failed wait shows of the hub."""
+        lines = [line for line in self.log_text().splitlines() if not _POLL_LINE.search(line)]
+        return "\n".join(lines)[-chars:]
 
     def from_here(self) -> Hub:
         """This hub, its log read from now on (for the next test that shares it)."""
@@ -135,10 +162,32 @@ def start_hub(
     token: str | None = None,
     env_extra: dict[str, str] | None = None,
 ) -> Hub:
-    """Start JupyterHub in its own session; `ports` are (proxy, hub, proxy API)."""
+    """Start JupyterHub in its own session; `ports` are (proxy, hub, proxy API). Ports picked
+    here that something else took before the hub bound them are picked again (twice at most)."""
     if not CHP.exists():
         raise HubError(f"configurable-http-proxy is not installed at {CHP}; run 'make node-deps'")
     workdir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(3):
+        try:
+            return _start_hub(extra_config, workdir, timeout, ports, token, env_extra)
+        except _PortTaken:
+            if ports is not None or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(HubError):
+    """The hub could not bind a port it was given."""
+
+
+def _start_hub(
+    extra_config: str,
+    workdir: Path,
+    timeout: float,
+    ports: tuple[int, int, int] | None,
+    token: str | None,
+    env_extra: dict[str, str] | None,
+) -> Hub:
     proxy_port, hub_port, api_port = ports or (free_port(), free_port(), free_port())
     if len({proxy_port, hub_port, api_port}) != 3:
         raise HubError(
@@ -157,6 +206,7 @@ def start_hub(
     env["CONFIGPROXY_AUTH_TOKEN"] = secrets.token_hex(24)
     env.update(env_extra or {})
     exe = Path(sys.executable).parent / "jupyterhub"
+    start_at = log.stat().st_size if log.exists() else 0
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [str(exe), "-f", str(cfg)],
@@ -179,8 +229,10 @@ def start_hub(
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             _stop_proxy(workdir)  # a hub that dies at start leaves the proxy it started
-            tail = log.read_text(errors="replace").splitlines()[-15:]
-            raise HubError("JupyterHub exited during start-up:\n" + "\n".join(tail))
+            text = log.read_bytes()[start_at:].decode(errors="replace")
+            tail = [line for line in text.splitlines() if "404 GET /hub/api/" not in line][-15:]
+            kind = _PortTaken if "Address already in use" in text else HubError
+            raise kind("JupyterHub exited during start-up:\n" + "\n".join(tail))
         try:
             with urllib.request.urlopen(hub.url + "/hub/api/", timeout=2) as r:
                 if r.status == 200:

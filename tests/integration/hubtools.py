@@ -124,11 +124,23 @@ def start(hub: Hub, user: str, options: dict[str, Any] | None, server: str = "")
 
 
 def wait_ready(hub: Hub, user: str, server: str = "", timeout: float = 90) -> dict[str, Any]:
-    def ready() -> dict[str, Any] | None:
-        m = server_model(hub, user, server)
-        return m if m and m.get("ready") else None
+    """Until the server is ready; a start seen under way that ends without a ready server (the
+    spawn failed) fails at once, with what the hub logged."""
+    seen_pending = False
 
-    return waits.wait_for(ready, timeout, f"{user}/{server} to be ready", lambda: hub.log_text()[-4000:])
+    def ready() -> dict[str, Any] | None:
+        nonlocal seen_pending
+        m = server_model(hub, user, server)
+        if m and m.get("ready"):
+            return m
+        if m and m.get("pending") == "spawn":
+            seen_pending = True
+        elif seen_pending:
+            ended = f"{user}/{server}: the start ended without a ready server"
+            raise AssertionError(f"{ended}\n{hub.log_tail(4000)}")
+        return None
+
+    return waits.wait_for(ready, timeout, f"{user}/{server} to be ready", lambda: hub.log_tail(4000))
 
 
 def wait_stopped(hub: Hub, user: str, server: str = "", timeout: float = 60) -> None:
@@ -136,7 +148,7 @@ def wait_stopped(hub: Hub, user: str, server: str = "", timeout: float = 60) -> 
         m = server_model(hub, user, server)
         return m is None or (not m.get("ready") and not m.get("pending"))
 
-    waits.wait_for(stopped, timeout, f"{user}/{server} to stop", lambda: hub.log_text()[-3000:])
+    waits.wait_for(stopped, timeout, f"{user}/{server} to stop", lambda: hub.log_tail(3000))
 
 
 def spawn(hub: Hub, user: str, options: dict[str, Any] | None, server: str = "") -> dict[str, Any]:

@@ -65,7 +65,7 @@ def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphan
             lambda: _claim_gone(api, namespace, "gpu-carol"),
             40,
             "carol's idle GPU to be culled",
-            lambda: hub.log_text()[-3000:],
+            lambda: hub.log_tail(3000),
         )
         waits.wait_for(
             lambda: _claim_gone(api, namespace, "gpu-alice"), 40, "alice's kept GPU to be released"
@@ -274,7 +274,7 @@ def test_a_kept_gpu_goes_to_a_waiting_user_after_the_short_keep(
             lambda: _claim_gone(api, namespace, "gpu-anna"),
             40,
             "anna's kept GPU to be released for ben",
-            lambda: hub.log_text()[-3000:],
+            lambda: hub.log_tail(3000),
         )
         # ben gets that device (his notebook then starts as any other: not waited for here).
         waits.wait_for(lambda: _device(api, namespace, "gpu-ben") == device, 30, "ben to get anna's GPU")
@@ -336,7 +336,7 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
         culler_looked_after(hub, time.time() + 8)  # twice the contended limit: anna's GPU is busy
         assert not warned() and _device(api, namespace, "gpu-anna") == device
         load_file.write_text("{}")  # anna's GPU goes idle (her tab stays open)
-        first = waits.wait_for(warned, 30, "anna to be warned", lambda: hub.log_text()[-3000:])
+        first = waits.wait_for(warned, 30, "anna to be warned", lambda: hub.log_tail(3000))
         assert "while 1 user waits for" in first[0]["reason"], first
         code, body = hub.api("POST", "/gpusessions/users/anna/keep")  # "Keep my GPU"
         assert code == 200, body
@@ -352,7 +352,7 @@ def test_an_idle_running_gpu_is_reclaimed_for_a_waiting_user_after_warning_and_k
             lambda: _claim_gone(api, namespace, "gpu-anna"),
             60,
             "anna's idle GPU to be reclaimed for ben after her keep ran out",
-            lambda: hub.log_text()[-3000:],
+            lambda: hub.log_tail(3000),
         )
         waits.wait_for(lambda: _device(api, namespace, "gpu-ben") == device, 30, "ben to get anna's GPU")
         log = hub.log_text()

@@ -110,7 +110,7 @@ def test_culler_rides_out_an_apiserver_restart(api: KubeAPI, namespace: str, tmp
             lambda: api.get_or_none("ResourceClaim", "gpu-cal", namespace) is None,
             90,
             "the culler to cull cal's idle GPU after the restart",
-            lambda: hub.log_text()[-3000:],
+            lambda: hub.log_tail(3000),
         )
         assert f"cull {namespace}/gpu-cal" in hub.log_text()
     finally:
@@ -151,7 +151,7 @@ def test_a_lost_holder_is_recreated_and_the_user_told(api: KubeAPI, namespace: s
             )
             return p if ok else None
 
-        pod = waits.wait_for(new_holder, 60, "the holder to be recreated", lambda: hub.log_text()[-2000:])
+        pod = waits.wait_for(new_holder, 60, "the holder to be recreated", lambda: hub.log_tail(2000))
         assert pod["spec"]["nodeName"] == old["spec"]["nodeName"]
         now = api.get("ResourceClaim", "gpu-hal", namespace)
         assert now["metadata"]["uid"] == claim["metadata"]["uid"]
@@ -195,7 +195,7 @@ c.KubeSpawner.profile_list = [
             ),
             60,
             "the holder to be recreated by the restarted hub",
-            lambda: hub.log_text()[-2000:],
+            lambda: hub.log_tail(2000),
         )
         assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": node}
         assert toleration in pod["spec"]["tolerations"]
@@ -265,7 +265,7 @@ def test_a_node_that_disappears_has_its_sessions_cleaned(
                 lambda: api.get_or_none("ResourceClaim", "gpu-nia", namespace) is None,
                 60,
                 "the culler to clean the session of the vanished node",
-                lambda: hub.log_text()[-3000:],
+                lambda: hub.log_tail(3000),
             )
             log = hub.log_text()
             assert f"node-gone {namespace}/gpu-nia (nia/): the node of this GPU ({node}) is gone" in log
@@ -398,9 +398,7 @@ def test_apiserver_restart_during_concurrent_spawns_and_culls_leaks_nothing(
             ]
             return not (o["claims"] or o["holders"] or o["notebooks"] or running)
 
-        waits.wait_for(
-            all_released, 240, "the culler to release every session", lambda: hub.log_text()[-4000:]
-        )
+        waits.wait_for(all_released, 240, "the culler to release every session", lambda: hub.log_tail(4000))
         log = hub.log_text()
         culled = log.count(f"cull {namespace}/gpu-")
         assert culled >= len(first) + len(ok), f"{culled} culls for {len(first) + len(ok)} sessions"

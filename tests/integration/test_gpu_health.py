@@ -104,7 +104,7 @@ def test_a_device_taint_rule_evicts_like_a_drain_and_the_next_start_gets_a_healt
             ),
             30,
             "bob to be told",
-            lambda: hub.log_text()[-3000:],
+            lambda: hub.log_tail(3000),
         )
         assert told == [health.TAINT_EVICTED_KEPT]
         spawn(hub, "bob", ONE_G)

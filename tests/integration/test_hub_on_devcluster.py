@@ -52,7 +52,7 @@ def test_spawn_through_the_hub_runs_singleuser_on_the_pod_ip(hub: Hub, api: Kube
         lambda: _server_ready(hub, "alice"),
         90,
         "alice's server to be ready",
-        lambda: hub.log_text()[-3000:],
+        lambda: hub.log_tail(3000),
     )
     pods = api.list("Pod", namespace)["items"]
     [pod] = [p for p in pods if p["metadata"]["name"] == "jupyter-alice"]
