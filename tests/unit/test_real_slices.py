@@ -160,6 +160,15 @@ def test_a_selector_on_a_missing_attribute_is_caught_by_the_size_check(
     assert f"reads '{attribute}', which device gpu-0 on node {node} lacks" in line
 
 
+def test_a_profile_list_function_is_left_to_each_start(caplog: pytest.LogCaptureFixture) -> None:
+    """KubeSpawner's profile_list may be a function of the spawner; the hub-start check has
+    none to call it with, and says so instead of failing ('function' is not iterable)."""
+    config = {"KubeSpawner": {"profile_list": lambda spawner: [{"slug": "x"}]}}
+    with caplog.at_level("INFO", logger=sizecheck.log.name):
+        assert sizecheck.requests_of(config) == []
+    assert "profile_list is a function; each start checks its size" in caplog.text
+
+
 def test_a_partitionable_gpu_is_not_cut() -> None:
     """Dynamic MIG publishes the whole GPU beside its partitions, sharing counters: not a cut GPU."""
     slices = [s for n in load_shape("small-dynamic", SHAPES_DIR).nodes for s in _slices(n)]

@@ -95,7 +95,13 @@ class _Settings:
 def requests_of(config: Any) -> list[tuple[str, GPURequest]]:
     settings = _Settings(config)
     out = []
-    for p in list((config.get("KubeSpawner") or {}).get("profile_list") or []):
+    profile_list = (config.get("KubeSpawner") or {}).get("profile_list") or []
+    if callable(profile_list):
+        # KubeSpawner's profile_list may be a function of the spawner: there is none at hub
+        # start, so each start checks its own size instead (lifecycle.refuse_if_size_missing).
+        log.info("gpusessions size check: profile_list is a function; each start checks its size")
+        return []
+    for p in list(profile_list):
         try:
             out.append((str(p.get("slug", "")), profile_request(settings, p)))
         except (TypeError, ValueError, AttributeError) as e:
