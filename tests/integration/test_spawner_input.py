@@ -14,7 +14,7 @@ import pytest
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
-from .hubtools import gpu_hub, gpu_objects, logged_in, server_model, spawn, spawn_form, start
+from .hubtools import gpu_hub, gpu_objects, logged_in, server_model, spawn, spawn_form, start, wait_ready
 
 pytestmark = pytest.mark.cluster
 
@@ -150,10 +150,12 @@ HOSTILE = [
 
 
 def test_hostile_usernames_get_valid_distinct_names(hub: Hub, api: KubeAPI, module_ns: str) -> None:
+    # All at once, as users arrive: the names must not collide however the starts interleave.
     for name in HOSTILE:
-        code, body = hub.api("POST", "/users/" + urllib.parse.quote(name, safe=""))
-        assert code in (201, 409), (name, code, body)
-        spawn(hub, urllib.parse.quote(name, safe=""), {"profile": "mig-1g-10gb"})
+        code, body = start(hub, urllib.parse.quote(name, safe=""), {"profile": "mig-1g-10gb"})
+        assert code in (201, 202), (name, code, body)
+    for name in HOSTILE:
+        wait_ready(hub, urllib.parse.quote(name, safe=""), timeout=180)
     objs = gpu_objects(api, module_ns)
     claims = {c["metadata"]["annotations"]["gpusessions.io/user"]: c for c in objs["claims"]}
     holders = {h["metadata"]["annotations"]["gpusessions.io/user"]: h for h in objs["holders"]}
