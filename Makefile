@@ -33,6 +33,11 @@ $(VENV)/.installed: pyproject.toml
 	@$(BIN)/pip install --quiet --upgrade pip
 	@echo "gpusessions: installing the package and test tools (first time: a minute or two) ..."
 	@$(BIN)/pip install --quiet -e '.[dev]'
+	@# jsonschema's optional IRI format checker (rfc3987-syntax, from jupyter-events'
+	@# jsonschema[format-nongpl]) compiles a Lark grammar when imported: about 1.3 s of CPU in
+	@# every hub, notebook server and kernel host start. No schema we load uses the iri formats;
+	@# without it jsonschema skips them. docs/devcluster.md, "Where the CPU goes".
+	@$(BIN)/pip uninstall --quiet --yes rfc3987-syntax
 	@$(BIN)/python -m gpusessions.notebook.install >/dev/null
 	@touch $@
 
@@ -85,10 +90,7 @@ cluster-status: venv
 HELM_VERSION := v4.3.1
 HELM := $(CACHE)/tools/bin/helm
 $(CACHE)/tools/.helm-$(HELM_VERSION):
-	@command -v go >/dev/null || { echo "gpusessions: the Go toolchain is missing (need go >= 1.25 on PATH) to build helm" >&2; exit 1; }
-	@echo "gpusessions: building helm $(HELM_VERSION) from its Go module into $(CACHE)/tools/bin (first time: about 2 minutes) ..."
-	@mkdir -p $(CACHE)/tools/bin
-	@GOBIN=$(CURDIR)/$(CACHE)/tools/bin go install -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+	@bash devcluster/scripts/build-helm.sh $(HELM_VERSION) $(CACHE)/tools/bin
 	@touch $@
 
 helm-build: $(CACHE)/tools/.helm-$(HELM_VERSION)
