@@ -44,6 +44,13 @@ if [ "$missing" = 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; the
   echo "devcluster: binaries are up to date in $BIN_DIR"
   exit 0
 fi
+# shellcheck source=bincache.sh
+. "$here/scripts/bincache.sh"
+if bincache_restore k8s "$hash" "$BIN_DIR" "${BINARIES[@]}"; then
+  echo "$hash" > "$stamp"
+  echo "devcluster: Kubernetes $K8S_VERSION binaries of these sources copied from $BIN_CACHE"
+  exit 0
+fi
 
 pkg="k8s.io/component-base/version"
 ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$K8S_MINOR"
@@ -70,4 +77,5 @@ for i in "${!BINARIES[@]}"; do
   echo "devcluster:   $b built in $(( $(date +%s) - t0 ))s"
 done
 echo "$hash" > "$stamp"
+bincache_save k8s "$hash" "$BIN_DIR" "${BINARIES[@]}"
 echo "devcluster: all binaries built in $(( $(date +%s) - start ))s"
