@@ -232,6 +232,7 @@ def test_stop_releases_when_the_profile_says_so(hub: Hub, api: KubeAPI, namespac
     waits.gone(api, "Pod", "gpu-holder-gina", namespace)
 
 
+@pytest.mark.hub_side
 def test_stop_after_a_hub_restart_still_follows_the_profile(hub: Hub, api: KubeAPI, namespace: str) -> None:
     """The profile's keep_gpu_on_stop=False holds after a restart, when the new hub has not
     applied the profile's overrides (KubeSpawner applies them only at a start)."""
@@ -249,6 +250,7 @@ def test_stop_after_a_hub_restart_still_follows_the_profile(hub: Hub, api: KubeA
 
 
 @pytest.mark.shared_hub
+@pytest.mark.hub_side
 def test_release_my_gpu_endpoint(hub: Hub, api: KubeAPI, namespace: str) -> None:
     spawn(hub, "hank", ONE_G)
     # Another user may not release hank's GPU.
@@ -289,6 +291,7 @@ def test_release_my_gpu_endpoint(hub: Hub, api: KubeAPI, namespace: str) -> None
 
 
 @pytest.mark.shared_hub
+@pytest.mark.hub_side
 def test_release_route_of_a_named_server_releases_that_server_only(
     hub: Hub, api: KubeAPI, namespace: str
 ) -> None:
@@ -306,6 +309,7 @@ def test_release_route_of_a_named_server_releases_that_server_only(
     assert code == 404 and body["message"] == "uma has no server named nope", body
 
 
+@pytest.mark.hub_side
 def test_hub_restart_while_running_and_while_stopped_loses_and_duplicates_nothing(
     hub: Hub, api: KubeAPI, namespace: str, tmp_path: Path
 ) -> None:
@@ -375,6 +379,7 @@ def test_a_claim_that_is_not_ours_is_never_adopted(hub: Hub, api: KubeAPI, names
     assert api.get_or_none("Pod", "gpu-holder-mike", namespace) is None
 
 
+@pytest.mark.hub_side
 def test_a_start_without_options_names_the_default_profile(
     api: KubeAPI, namespace: str, tmp_path: Path
 ) -> None:
