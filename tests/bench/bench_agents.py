@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster")]
+sys.path[:0] = [str(ROOT / "spawner"), str(ROOT / "devcluster"), str(Path(__file__).parent)]
 
+from bench_culler import FakeCluster, FakeHub  # noqa: E402  (the culler benchmark's cluster and hub)
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest  # noqa: E402
 
 from gpusessions.core.timestamps import rfc3339 as iso  # noqa: E402
@@ -128,43 +129,6 @@ def _agents_main(n: int, port: int, low: float, high: float, ready: Any, stop: A
 
 
 # -- the culler's side -----------------------------------------------------------------------------
-
-
-class _Cache:
-    def __init__(self, objects: dict[str, Any]):
-        self.objects = objects
-
-
-class FakeCluster:
-    def __init__(self, claims: dict[str, Any], holders: dict[str, Any]):
-        self.claims, self.holders = _Cache(claims), _Cache(holders)
-        self.calls = 0
-
-    def node_names(self) -> None:
-        return None
-
-    async def annotate(self, *a: Any) -> None:
-        self.calls += 1
-
-    async def release(self, *a: Any) -> None:
-        self.calls += 2
-
-    async def delete_holder(self, *a: Any) -> None:
-        self.calls += 1
-
-
-class FakeHub:
-    def __init__(self, users: list[Any]):
-        self._users = users
-
-    async def users(self) -> list[Any]:
-        return self._users
-
-    async def stop_server(self, *a: Any) -> bool:
-        return True
-
-    async def cull_server(self, *a: Any) -> str:
-        return "stopping"
 
 
 def world(n: int, now: float) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
