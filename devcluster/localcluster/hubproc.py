@@ -36,8 +36,9 @@ class HubError(RuntimeError):
 # ephemeral port can be taken meanwhile by any outgoing connection (the fuzzer's hub restart
 # once failed so: "Address already in use").
 PORT_RANGE = (21000, 32000)
-# An access-log line of an answered GET (JupyterHub logs each request it served).
-_POLL_LINE = re.compile(r"\] 2\d\d GET ")
+# Polling noise in a hub's log: the access-log line of an answered GET (JupyterHub logs each
+# request it served), and the proxy's 404 for the hub API while the hub is not up yet.
+_POLL_LINE = re.compile(r"\] 2\d\d GET |: 404 GET /hub/api/")
 
 
 _given: set[int] = set()  # ports handed out by this process: never twice (a hub's three must differ)
@@ -230,7 +231,7 @@ def _start_hub(
         if proc.poll() is not None:
             _stop_proxy(workdir)  # a hub that dies at start leaves the proxy it started
             text = log.read_bytes()[start_at:].decode(errors="replace")
-            tail = [line for line in text.splitlines() if "404 GET /hub/api/" not in line][-15:]
+            tail = [line for line in text.splitlines() if not _POLL_LINE.search(line)][-15:]
             kind = _PortTaken if "Address already in use" in text else HubError
             raise kind("JupyterHub exited during start-up:\n" + "\n".join(tail))
         try:

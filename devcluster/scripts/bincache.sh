@@ -19,7 +19,7 @@ bincache_restore() {
     rm -rf "${dest:?}/$p.tmp"
     cp -a "$dir/$p" "$dest/$p.tmp" && rm -rf "${dest:?}/$p" && mv "$dest/$p.tmp" "$dest/$p" || return 1
   done
-  touch "$dir/.complete"  # recently used: kept by the pruning below
+  touch "$dir"  # recently used: the pruning below keeps the newest folders
 }
 
 # bincache_save <name> <hash> <src> <path>...: keep the paths; the two newest hashes per name stay.

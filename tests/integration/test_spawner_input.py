@@ -150,6 +150,9 @@ HOSTILE = [
 
 
 def test_hostile_usernames_get_valid_distinct_names(hub: Hub, api: KubeAPI, module_ns: str) -> None:
+    for name in HOSTILE:
+        code, body = hub.api("POST", "/users/" + urllib.parse.quote(name, safe=""))
+        assert code in (201, 409), (name, code, body)
     # All at once, as users arrive: the names must not collide however the starts interleave.
     for name in HOSTILE:
         code, body = start(hub, urllib.parse.quote(name, safe=""), {"profile": "mig-1g-10gb"})
