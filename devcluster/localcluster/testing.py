@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from typing import Any
 
 from .kubeapi import Obj
@@ -79,15 +80,33 @@ def visible_devices(
 
 
 def printed_env(
-    namespace: str, pod: str, name: str, container: str = "main", paths: ClusterPaths | None = None
+    namespace: str,
+    pod: str,
+    name: str,
+    container: str = "main",
+    paths: ClusterPaths | None = None,
+    timeout: float = 10.0,
 ) -> str:
-    """The value of `name` a SHOW_DEVICES container printed last."""
+    """The value of `name` a SHOW_DEVICES container printed last. A container is ready once its
+    process runs, which can be a moment before its first line reaches the log: this waits up to
+    `timeout` seconds for the line to appear."""
     paths = paths or ClusterPaths.default()
     logf = paths.pod_logs / f"{namespace}_{pod}_{container}.log"
-    seen = [ln.split("=", 1)[1] for ln in logf.read_text().splitlines() if ln.startswith(f"{name}=")]
-    if not seen:
-        raise AssertionError(f"{logf} has no {name} line")
-    return seen[-1]
+
+    def last_printed() -> str | None:
+        try:
+            text = logf.read_text()
+        except FileNotFoundError:
+            return None
+        seen = [ln.split("=", 1)[1] for ln in text.splitlines() if ln.startswith(f"{name}=")]
+        return seen[-1] if seen else None
+
+    deadline = time.monotonic() + timeout
+    while (value := last_printed()) is None:
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{logf} has no {name} line after {timeout:.0f} s")
+        time.sleep(0.1)
+    return value
 
 
 def allocated(claim_obj: Obj) -> list[tuple[str, str]]:

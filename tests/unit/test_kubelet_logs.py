@@ -159,3 +159,28 @@ def test_follow_streams_until_the_container_exits(server: Served) -> None:
     code, body = _get(ip, srv.port, "/containerLogs/ns/pod/main?follow=true&tailLines=1", ctx)
     assert code == 200 and body == b"line 2\nline 3\n"
     assert time.monotonic() - t0 >= 0.9
+
+
+def test_a_printed_line_is_waited_for_not_missed(tmp_path: Path) -> None:
+    """A container is ready once its process runs; its first line can reach the log a moment
+    later. printed_env waits for the line (CI of 4b08b31 read the log too early and failed)."""
+    from localcluster.paths import ClusterPaths
+    from localcluster.testing import printed_env
+
+    paths = ClusterPaths(tmp_path)
+    paths.pod_logs.mkdir(parents=True)
+    logf = paths.pod_logs / "ns_p_main.log"
+
+    def write_late() -> None:
+        time.sleep(0.5)
+        logf.write_text("NVIDIA_VISIBLE_DEVICES=void\nDEVCLUSTER_CDI_DEVICES=MIG-1\n")
+
+    writer = threading.Thread(target=write_late)
+    writer.start()
+    try:
+        assert printed_env("ns", "p", "DEVCLUSTER_CDI_DEVICES", paths=paths) == "MIG-1"
+    finally:
+        writer.join()
+    assert printed_env("ns", "p", "NVIDIA_VISIBLE_DEVICES", paths=paths) == "void"
+    with pytest.raises(AssertionError, match="has no OTHER line"):
+        printed_env("ns", "p", "OTHER", paths=paths, timeout=0.3)
