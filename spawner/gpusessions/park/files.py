@@ -12,7 +12,7 @@ import os
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -84,14 +84,14 @@ def check_size(path: Path, expected: int) -> None:
         raise Damaged(f"file longer than recorded: {mib(have)}, expected {mib(expected)}")
 
 
-def read_into(file: BinaryIO, target: memoryview, crc: int, chunk: int = DEFAULT_CHUNK) -> int:
-    """Fills `target` from `file` chunk by chunk; returns the running CRC-32."""
+def read_into(file: Any, target: memoryview, crc: int, chunk: int = DEFAULT_CHUNK) -> int:
+    """Fills `target` from `file` (raw, unbuffered) chunk by chunk; returns the running CRC-32."""
     target = target.cast("B")
     done = 0
     while done < len(target):
         n = file.readinto(target[done : done + chunk])
         if not n:
-            raise Damaged(f"file truncated: {done / 2**20:.0f} of {mib(len(target))}")
+            raise Damaged(f"file truncated: {done / 2**20:.0f} of {len(target) / 2**20:.0f} MiB data")
         crc = zlib.crc32(target[done : done + n], crc)
         done += n
     return crc

@@ -24,7 +24,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from gpusessions.park.files import DEFAULT_CHUNK, FILE_MODE, CheckedWriter, Damaged, check_size, file_crc
+from gpusessions.park.files import (
+    DEFAULT_CHUNK,
+    FILE_MODE,
+    CheckedWriter,
+    Damaged,
+    check_size,
+    file_crc,
+    read_into,
+)
 
 ARROW_ERRORS: tuple[type[BaseException], ...] = (pa.ArrowException, ValueError, TypeError)
 
@@ -37,14 +45,14 @@ def _array_chunks(arr: np.ndarray, chunk: int) -> Iterator[memoryview]:
     of at most `chunk` bytes; a non-contiguous array is copied a block of rows at a time."""
     if arr.flags.c_contiguous or arr.flags.f_contiguous:
         data = arr if arr.flags.c_contiguous else arr.T
-        flat = memoryview(data.reshape(-1).view(np.uint8))
+        flat = data.reshape(-1).view(np.uint8).data
         for i in range(0, len(flat), chunk):
             yield flat[i : i + chunk]
         return
     row = max(arr[0].nbytes, 1) if arr.shape[0] else 1
     step = max(chunk // row, 1)
     for i in range(0, arr.shape[0], step):
-        yield memoryview(np.ascontiguousarray(arr[i : i + step]).reshape(-1).view(np.uint8))
+        yield np.ascontiguousarray(arr[i : i + step]).reshape(-1).view(np.uint8).data
 
 
 def write_npy(path: Path, arr: np.ndarray, chunk: int = DEFAULT_CHUNK) -> dict[str, Any]:
@@ -85,22 +93,11 @@ def read_npy(path: Path, meta: dict[str, Any] | None, chunk: int = DEFAULT_CHUNK
         crc = zlib.crc32(f.read(offset))
         arr = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
         data = arr.T if fortran else arr
-        target = memoryview(data.reshape(-1).view(np.uint8))
-        crc = _read_into(f, target, crc, chunk, path)
+        target = data.reshape(-1).view(np.uint8).data
+        crc = read_into(f, target, crc, chunk)
     if meta is not None and crc != int(meta["crc32"]):
         raise Damaged(f"file damaged: checksum mismatch in {path.name}")
     return arr
-
-
-def _read_into(f: Any, target: memoryview, crc: int, chunk: int, path: Path) -> int:
-    done = 0
-    while done < len(target):
-        n = f.readinto(target[done : done + chunk])
-        if not n:
-            raise Damaged(f"file truncated: {done / 2**20:.0f} of {len(target) / 2**20:.0f} MiB data")
-        crc = zlib.crc32(target[done : done + n], crc)
-        done += n
-    return crc
 
 
 # --- pandas --------------------------------------------------------------------------------

@@ -76,10 +76,13 @@ class Loader:
         return value
 
 
-def rebind(value: Any, namespace: dict[str, Any], done: set[int]) -> Any:
+def rebind(value: Any, namespace: dict[str, Any]) -> Any:
     """A function or class defined in the notebook, restored by value, gets the kernel's
     namespace as its globals again (the serializer gives it a private copy of the few it used),
-    so it sees the user's later assignments as it did before the park."""
+    so it sees the user's later assignments as it did before the park.
+
+    Done once all names are loaded: each pickle that holds a class sets its methods again
+    (cloudpickle keeps one class object per process, but restores its state each time)."""
     if isinstance(value, types.FunctionType):
         if value.__module__ != "__main__" or value.__globals__ is namespace:
             return value
@@ -93,15 +96,14 @@ def rebind(value: Any, namespace: dict[str, Any], done: set[int]) -> Any:
         f.__dict__.update(value.__dict__)
         return f
     cls = value if isinstance(value, type) else type(value)
-    if cls.__module__ == "__main__" and id(cls) not in done:
-        done.add(id(cls))
+    if cls.__module__ == "__main__":
         for key, attr in list(vars(cls).items()):
             if isinstance(attr, types.FunctionType):
-                setattr(cls, key, rebind(attr, namespace, done))
+                setattr(cls, key, rebind(attr, namespace))
             elif isinstance(attr, staticmethod | classmethod) and isinstance(
                 attr.__func__, types.FunctionType
             ):
-                setattr(cls, key, type(attr)(rebind(attr.__func__, namespace, done)))
+                setattr(cls, key, type(attr)(rebind(attr.__func__, namespace)))
     return value
 
 
@@ -200,7 +202,6 @@ def restore(namespace: dict[str, Any], park_dir: str | Path, device: str | None 
             return report
         report["parked_at"] = manifest.parked_at
         loader = Loader(folder, manifest.files, device)
-        done: set[int] = set()
         entries = sorted(manifest.names.items(), key=lambda kv: _ORDER.get(str(kv[1].get("kind")), 2))
         for name, entry in entries:
             loader.notes = []
@@ -211,12 +212,19 @@ def restore(namespace: dict[str, Any], park_dir: str | Path, device: str | None 
                         raise Damaged(f"the same object as {of}, which was not restored")
                     namespace[name] = namespace[of]
                 else:
-                    namespace[name] = rebind(load_entry(name, entry, loader, namespace), namespace, done)
+                    namespace[name] = load_entry(name, entry, loader, namespace)
                 report["restored"].append(name)
             except Exception as e:
                 reason = str(e) if isinstance(e, Damaged) else f"{type(e).__name__}: {e}"
                 report["not_restored"].append({"name": name, "reason": reason[:300]})
             report["notices"] += [f"{name}: {note}" for note in dict.fromkeys(loader.notes)]
+        aliases = {n: str(e.get("of")) for n, e in manifest.names.items() if e.get("kind") == c.ALIAS}
+        for name in report["restored"]:
+            if name not in aliases:
+                namespace[name] = rebind(namespace[name], namespace)
+        for name, of in aliases.items():
+            if name in report["restored"]:
+                namespace[name] = namespace[of]
         for item in manifest.not_saved:
             report["not_restored"].append(
                 {"name": item.get("name", "?"), "reason": f"not parked: {item.get('reason')}"}

@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from gpusessions.park.files import DEFAULT_CHUNK, CheckedWriter, Damaged, check_size
+from gpusessions.park.files import DEFAULT_CHUNK, CheckedWriter, Damaged, check_size, read_into
 
 
 def tensor_meta(t: Any, torch: Any) -> dict[str, Any]:
@@ -62,14 +62,7 @@ def read_tensor(path: Path, meta: dict[str, Any], device: str, torch: Any, chunk
     crc = 0
     with open(path, "rb", buffering=0) as f:
         if t.device.type == "cpu":
-            target = memoryview(flat.numpy())
-            done = 0
-            while done < total:
-                n = f.readinto(target[done : done + chunk])
-                if not n:
-                    raise Damaged(f"file truncated: {done / 2**20:.0f} of {total / 2**20:.0f} MiB")
-                crc = zlib.crc32(target[done : done + n], crc)
-                done += n
+            crc = read_into(f, memoryview(flat.numpy()), crc, chunk)
         else:
             buf = torch.empty(min(chunk, max(total, 1)), dtype=torch.uint8)
             view = memoryview(buf.numpy())
