@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 # IPython's own names in user_ns: the history (In, Out, _, __, ___, _i, _ii, _iii, _i<N>,
 # _<N>, _ih, _oh, _dh), the exit helpers, get_ipython, and dunders (__builtins__, __name__).
@@ -145,9 +144,10 @@ def decide(value: Any) -> Decision:
         return Decision(GLOBAL, module=found[0], qualname=found[1])
     if type(value) is np.ndarray and not value.dtype.hasobject:
         return Decision(ARRAY)
-    if type(value) is pd.DataFrame:
+    pd = sys.modules.get("pandas")  # a frame exists only where the kernel imported pandas
+    if pd is not None and type(value) is pd.DataFrame:
         return Decision(FRAME)
-    if type(value) is pd.Series:
+    if pd is not None and type(value) is pd.Series:
         return Decision(SERIES)
     if is_tensor(value):
         return Decision(TENSOR)

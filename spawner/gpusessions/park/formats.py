@@ -1,4 +1,4 @@
-"""The file formats of a park: .npy for arrays, Arrow IPC for frames, cloudpickle for the rest.
+"""The file formats of a park: .npy for arrays, cloudpickle for the rest (frames: frames.py).
 
 Arrays are written by us in numpy's own .npy layout (header by numpy, data in chunks with a
 running checksum, never pickled), so any numpy reads them back with `np.load(allow_pickle=False)`
@@ -12,7 +12,6 @@ object. docs/parking.md says why these and what was measured.
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import zlib
 from collections.abc import Callable, Iterator
@@ -21,21 +20,14 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 
 from gpusessions.park.files import (
     DEFAULT_CHUNK,
-    FILE_MODE,
     CheckedWriter,
     Damaged,
     check_size,
-    file_crc,
     read_into,
 )
-
-ARROW_ERRORS: tuple[type[BaseException], ...] = (pa.ArrowException, ValueError, TypeError)
-
 
 # --- numpy -------------------------------------------------------------------------------
 
@@ -98,45 +90,6 @@ def read_npy(path: Path, meta: dict[str, Any] | None, chunk: int = DEFAULT_CHUNK
     if meta is not None and crc != int(meta["crc32"]):
         raise Damaged(f"file damaged: checksum mismatch in {path.name}")
     return arr
-
-
-# --- pandas --------------------------------------------------------------------------------
-
-
-def frame_of(value: pd.DataFrame | pd.Series) -> pd.DataFrame:
-    return value.to_frame(name="series") if isinstance(value, pd.Series) else value
-
-
-def write_frame(path: Path, value: pd.DataFrame | pd.Series) -> dict[str, Any]:
-    """Arrow IPC, uncompressed (a copy at memory speed; compression would cost CPU in the
-    minute a reclaim leaves). Raises one of ARROW_ERRORS for what Arrow cannot hold (mixed
-    Python objects in a column, duplicate column names): the caller pickles it instead."""
-    df = frame_of(value)
-    if not df.columns.is_unique:
-        raise ValueError("duplicate column names")
-    table = pa.Table.from_pandas(df, preserve_index=True)
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    del table
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    size, crc = file_crc(path)
-    meta: dict[str, Any] = {"format": "arrow", "bytes": size, "crc32": crc}
-    return meta
-
-
-def read_frame(path: Path, meta: dict[str, Any] | None, series: bool) -> pd.DataFrame | pd.Series:
-    if meta is not None:
-        check_size(path, int(meta["bytes"]))
-        if file_crc(path)[1] != int(meta["crc32"]):
-            raise Damaged(f"file damaged: checksum mismatch in {path.name}")
-    with pa.memory_map(str(path)) as source:
-        df = pa.ipc.open_file(source).read_all().to_pandas()
-    return df.iloc[:, 0] if series else df
 
 
 # --- everything else -------------------------------------------------------------------------

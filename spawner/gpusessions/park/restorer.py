@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpusessions.park import classify as c
-from gpusessions.park import formats, torchio
+from gpusessions.park import formats, frames, torchio
 from gpusessions.park.files import Damaged, read_checked
 from gpusessions.park.manifest import JOURNAL, MANIFEST, Manifest, read_journal, read_manifest
 
@@ -120,7 +120,7 @@ def load_entry(name: str, entry: dict[str, Any], loader: Loader, namespace: dict
         meta = loader.files.get(files[0])
         if meta is None:
             raise Damaged(f"file not recorded: {files[0]}")
-        value = formats.read_frame(loader.folder / files[0], meta, kind == c.SERIES)
+        value = frames.read_frame(loader.folder / files[0], meta, kind == c.SERIES)
         loader.bytes += int(meta["bytes"])
         return value.rename(entry.get("series_name")) if kind == c.SERIES else value
     if kind == c.PICKLE:
@@ -175,7 +175,7 @@ def from_bare_files(folder: Path, namespace: dict[str, Any], report: dict[str, A
             if suffix == "npy":
                 namespace[name] = formats.read_npy(path, None)
             elif suffix == "arrow":
-                namespace[name] = formats.read_frame(path, None, series=False)
+                namespace[name] = frames.read_frame(path, None, series=False)
             else:
                 report["not_restored"].append({"name": name, "reason": "the manifest is lost (no checksum)"})
                 continue

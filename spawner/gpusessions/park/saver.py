@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from gpusessions.park import classify as c
-from gpusessions.park import formats, torchio
+from gpusessions.park import formats, frames, torchio
 from gpusessions.park.files import DEFAULT_CHUNK, DIR_MODE, CheckedWriter, make_private_dir
 from gpusessions.park.manifest import Journal, Manifest
 
@@ -186,9 +186,9 @@ def write_item(folder: Path, p: Planned, ext: Externals, journal: Journal, chunk
     if p.kind in (c.FRAME, c.SERIES):
         file = f"v.{p.name}.arrow"
         try:
-            journal.file(file, formats.write_frame(folder / file, p.value))
+            journal.file(file, frames.write_frame(folder / file, p.value))
             files = [file]
-        except formats.ARROW_ERRORS:
+        except frames.arrow_errors():
             (folder / file).unlink(missing_ok=True)
             serialize(p, ext)  # Arrow cannot hold it: pickled, its arrays kept apart
             entry = {"kind": p.kind, "type": p.type, **p.extra}
