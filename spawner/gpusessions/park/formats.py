@@ -23,6 +23,7 @@ import numpy as np
 
 from gpusessions.park.files import (
     DEFAULT_CHUNK,
+    DIRECT_MIN,
     CheckedWriter,
     Damaged,
     check_size,
@@ -55,7 +56,7 @@ def write_npy(path: Path, arr: np.ndarray, chunk: int = DEFAULT_CHUNK) -> dict[s
     except ValueError:  # a header over 64 KiB (a structured dtype with many fields)
         head = io.BytesIO()
         np.lib.format.write_array_header_2_0(head, header)
-    with CheckedWriter(path) as w:
+    with CheckedWriter(path, direct=arr.nbytes >= DIRECT_MIN, chunk=chunk) as w:
         w.write(head.getvalue())
         w.write_chunks(_array_chunks(arr, chunk))
     return {

@@ -99,7 +99,7 @@ class Journal:
 
     def _line(self, doc: dict[str, Any]) -> None:
         self._w.write((json.dumps(doc, separators=(",", ":")) + "\n").encode())
-        os.fsync(self._w.file.fileno())
+        os.fsync(self._w.fileno())
 
     def file(self, name: str, meta: dict[str, Any]) -> None:
         self.manifest.files[name] = meta

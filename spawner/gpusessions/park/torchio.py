@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from gpusessions.park.files import DEFAULT_CHUNK, CheckedWriter, Damaged, check_size, read_into
+from gpusessions.park.files import DEFAULT_CHUNK, DIRECT_MIN, CheckedWriter, Damaged, check_size, read_into
 
 
 def tensor_meta(t: Any, torch: Any) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def write_tensor(path: Path, t: Any, torch: Any, chunk: int = DEFAULT_CHUNK) -> 
     flat = flat.reshape(-1).view(torch.uint8)
     on_host = t.device.type == "cpu"
     total = nbytes(t)
-    with CheckedWriter(path) as w:
+    with CheckedWriter(path, direct=total >= DIRECT_MIN, chunk=chunk) as w:
         for i in range(0, total, chunk):
             part = flat[i : i + chunk]
             if not on_host:
