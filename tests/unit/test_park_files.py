@@ -11,6 +11,8 @@ import pytest
 
 from gpusessions.park import formats
 from gpusessions.park.files import CheckedWriter, Damaged
+from gpusessions.park.restorer import restore
+from gpusessions.park.saver import park
 
 SHM = Path("/dev/shm")
 
@@ -64,3 +66,30 @@ def test_npy_layouts_and_damage(tmp_path: Path) -> None:
     (tmp_path / "big.npy").write_bytes(raw)
     with pytest.raises(Damaged, match="checksum mismatch"):
         formats.read_npy(tmp_path / "big.npy", meta)
+
+
+def test_a_second_park_replaces_the_first_whole(tmp_path: Path) -> None:
+    target = tmp_path / "srv" / "k1"
+    assert park({"a": np.arange(10), "_mine": 1, "_": 2, "_i3": "x", "Out": {}}, target, 1 << 30)["ok"]
+    r = park({"b": np.ones(3)}, target, 1 << 30, hidden={"hidden_by_ipython"})
+    assert r["ok"] and r["saved"] == ["b"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["k1"]
+    new: dict[str, object] = {}
+    assert restore(new, target)["restored"] == ["b"] and "a" not in new
+
+
+def test_only_the_users_names_are_parked(tmp_path: Path) -> None:
+    ns = {
+        "a": 1,
+        "_mine": 2,
+        "_": 3,
+        "__": 4,
+        "_i3": "x",
+        "_7": 5,
+        "Out": {},
+        "In": [],
+        "h": 6,
+        "__doc__": None,
+    }
+    r = park(ns, tmp_path / "k", 1 << 30, hidden={"h"})
+    assert r["saved"] == ["a", "_mine"], r
