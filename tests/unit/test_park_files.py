@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpusessions.park import formats
-from gpusessions.park.files import CheckedWriter, Damaged
+from gpusessions.park.files import CheckedWriter, Damaged, read_range_into
 from gpusessions.park.restorer import restore
 from gpusessions.park.saver import park
 
@@ -93,3 +93,14 @@ def test_only_the_users_names_are_parked(tmp_path: Path) -> None:
     }
     r = park(ns, tmp_path / "k", 1 << 30, hidden={"h"})
     assert r["saved"] == ["a", "_mine"], r
+
+
+def test_direct_reads_from_an_unaligned_start_and_see_truncation(tmp_path: Path) -> None:
+    data = np.random.default_rng(1).integers(0, 255, 5 * 2**20 + 333, dtype=np.uint8).tobytes()
+    (tmp_path / "f").write_bytes(data)
+    out = bytearray(len(data) - 128)
+    crc = read_range_into(tmp_path / "f", 128, memoryview(out), zlib.crc32(data[:128]), chunk=1 << 20)
+    assert bytes(out) == data[128:] and crc == zlib.crc32(data)
+    (tmp_path / "g").write_bytes(data[: 3 * 2**20 + 5])
+    with pytest.raises(Damaged, match="file truncated: 3 of 5 MiB"):
+        read_range_into(tmp_path / "g", 128, memoryview(out), 0, chunk=1 << 20)

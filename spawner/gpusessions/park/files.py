@@ -194,6 +194,49 @@ def read_into(file: Any, target: memoryview, crc: int, chunk: int = DEFAULT_CHUN
     return crc
 
 
+def read_range_into(path: Path, start: int, target: memoryview, crc: int, chunk: int = DEFAULT_CHUNK) -> int:
+    """Bytes [start, start + len(target)) of the file into `target`, with O_DIRECT through one
+    aligned buffer where the filesystem allows it; returns the running CRC-32.
+
+    Past the page cache: a buffered read fills page-cache pages and then the target, twice
+    the fresh memory, and filling fresh memory is what bounds a restore on a VM (docs/parking.md)."""
+    target = target.cast("B")
+    total = len(target)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+    except OSError:
+        with open(path, "rb", buffering=0) as f:
+            f.seek(start)
+            return read_into(f, target, crc, chunk)
+    cap = max(-(-chunk // _ALIGN) * _ALIGN, 1 << 20)
+    buf = mmap.mmap(-1, cap)
+    view = memoryview(buf)
+    running = Crc()
+    running.value = crc
+    pos = start // _ALIGN * _ALIGN
+    skip = start - pos
+    done = 0
+    try:
+        while done < total:
+            n = os.preadv(fd, [view], pos)
+            if n <= skip:
+                raise Damaged(f"file truncated: {done / 2**20:.0f} of {total / 2**20:.0f} MiB data")
+            take = min(n - skip, total - done)
+            target[done : done + take] = view[skip : skip + take]
+            running.add(target[done : done + take])
+            done += take
+            pos += n
+            skip = 0
+            if n % _ALIGN and done < total:  # a short read that is not a whole block: the end
+                raise Damaged(f"file truncated: {done / 2**20:.0f} of {total / 2**20:.0f} MiB data")
+    finally:
+        crc = running.result()
+        view.release()
+        buf.close()
+        os.close(fd)
+    return crc
+
+
 def read_checked(path: Path, size: int, crc: int) -> bytes:
     """The whole (small) file, its length and checksum verified."""
     check_size(path, size)

@@ -28,6 +28,7 @@ from gpusessions.park.files import (
     Damaged,
     check_size,
     read_into,
+    read_range_into,
 )
 
 # --- numpy -------------------------------------------------------------------------------
@@ -87,7 +88,10 @@ def read_npy(path: Path, meta: dict[str, Any] | None, chunk: int = DEFAULT_CHUNK
         arr = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
         data = arr.T if fortran else arr
         target = data.reshape(-1).view(np.uint8).data
-        crc = read_into(f, target, crc, chunk)
+        if arr.nbytes < DIRECT_MIN:
+            crc = read_into(f, target, crc, chunk)
+    if arr.nbytes >= DIRECT_MIN:
+        crc = read_range_into(path, offset, target, crc, chunk)
     if meta is not None and crc != int(meta["crc32"]):
         raise Damaged(f"file damaged: checksum mismatch in {path.name}")
     return arr

@@ -17,7 +17,14 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from gpusessions.park.files import DEFAULT_CHUNK, DIRECT_MIN, CheckedWriter, Damaged, check_size, read_into
+from gpusessions.park.files import (
+    DEFAULT_CHUNK,
+    DIRECT_MIN,
+    CheckedWriter,
+    Damaged,
+    check_size,
+    read_range_into,
+)
 
 
 def tensor_meta(t: Any, torch: Any) -> dict[str, Any]:
@@ -62,7 +69,7 @@ def read_tensor(path: Path, meta: dict[str, Any], device: str, torch: Any, chunk
     crc = 0
     with open(path, "rb", buffering=0) as f:
         if t.device.type == "cpu":
-            crc = read_into(f, memoryview(flat.numpy()), crc, chunk)
+            crc = read_range_into(path, 0, memoryview(flat.numpy()), crc, chunk)
         else:
             buf = torch.empty(min(chunk, max(total, 1)), dtype=torch.uint8)
             view = memoryview(buf.numpy())
