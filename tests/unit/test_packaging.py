@@ -28,6 +28,7 @@ PARTS = {
     "culler": ["gpusessions.culler"],
     "agent": ["gpusessions.agent"],
     "notebook": ["gpusessions.notebook"],
+    "park": ["gpusessions.park"],
 }
 
 
@@ -139,7 +140,7 @@ def test_nothing_unused_is_declared() -> None:
     assert "kubernetes" not in everything and "pynvml" not in everything
     imported = set().union(*(third_party_imports(p) for p in PARTS))
     dists = packages_distributions()
-    for extra in ("hub", "culler", "agent", "notebook"):
+    for extra in ("hub", "culler", "agent", "notebook", "park"):
         for dist in declared(extra) - RUN_NOT_IMPORTED:
             provides = {m for m, ds in dists.items() if dist in {_norm(d) for d in ds}}
             assert provides & imported, f"[{extra}] declares {dist}, which no part imports"
