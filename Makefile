@@ -9,7 +9,7 @@ CACHE := .cache
 SHAPE ?= demo
 export PYTHONPATH := $(CURDIR)/devcluster
 
-.PHONY: gpu-check help venv labextension node-deps browser-deps devcluster-build helm-build cluster cluster-down cluster-status lint unit test screenshots fuzz bench demo demo-down clean
+.PHONY: gpu-check torch-check help venv labextension node-deps browser-deps devcluster-build helm-build cluster cluster-down cluster-status lint unit test screenshots fuzz bench demo demo-down clean
 
 help:
 	@echo "make demo          start the local simulated GPU cluster and JupyterHub, print the URL"
@@ -20,6 +20,7 @@ help:
 	@echo "make fuzz SEED=<n> OPS=<n>   the lifecycle fuzzer alone (tests/fuzz/lifecycle.py)"
 	@echo "make screenshots   retake the README's pictures (docs/images/) with the browser tests"
 	@echo "make gpu-check     the GPU agent on this machine's real NVML (needs an NVIDIA GPU)"
+	@echo "make torch-check   parking's PyTorch tests (installs torch beside the venv once: 2.8 GB)"
 	@echo "make bench         every benchmark (tests/bench/bench_*.py); writes docs/benchmarks.json"
 
 # --- Python virtual environment (.venv) -------------------------------------
@@ -140,6 +141,14 @@ screenshots: venv labextension node-deps browser-deps devcluster-build
 gpu-check: venv
 	@$(BIN)/python -m gpusessions.agent.gpucheck
 	@$(BIN)/python -m pytest -m gpu tests/gpu -q
+
+# Parking's torch tests (tests/unit/test_park_torch.py): torch from PyPI (the CUDA wheel and its
+# nvidia-* dependencies, 2.8 GB: not in `make test`) into a folder of its own, put on the path.
+TORCH_LIB := $(CACHE)/torch-lib
+torch-check: venv
+	@test -f $(TORCH_LIB)/.installed || { echo "gpusessions: installing torch into $(TORCH_LIB) (2.8 GB, once) ..."; \
+		$(BIN)/pip install -q --target $(TORCH_LIB) torch && touch $(TORCH_LIB)/.installed; }
+	@PYTHONPATH=$(TORCH_LIB) $(BIN)/python -m pytest -q -m torch tests/unit/test_park_torch.py
 
 # Lifecycle fuzzer alone: make fuzz SEED=<n> OPS=<n> [USERS=<n>] (tests/fuzz/lifecycle.py)
 SEED ?= 1

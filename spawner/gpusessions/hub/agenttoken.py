@@ -18,6 +18,7 @@ from gpusessions.kube.api import Conflict
 
 log = logging.getLogger("gpusessions")
 
+
 async def ensure(api: Any, namespace: str, name: str) -> None:
     """The Secret exists (made here with a random token if it did not)."""
     if await api.get_secret_metadata(namespace, name) is None:
