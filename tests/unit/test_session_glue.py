@@ -129,6 +129,14 @@ class FakeAPI:
         self.pods[body["metadata"]["name"]] = body
         return body
 
+    async def annotate_pod(self, namespace: str, name: str, values: dict[str, Any]) -> bool:
+        self.calls.append("annotate pod")
+        if name not in self.pods:
+            return False
+        md = self.pods[name]["metadata"]
+        md["annotations"] = {**(md.get("annotations") or {}), **values}
+        return True
+
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
         self.calls.append("delete pod")
         return self.pods.pop(name, None) is not None
