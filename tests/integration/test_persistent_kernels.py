@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from gpusessions.core import kernels as K
+from gpusessions.core.labels import SESSION_ANNOTATION as SESSION
 from localcluster import waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
@@ -69,6 +70,27 @@ def test_kernel_state_survives_a_notebook_restart_and_is_lost_plainly_with_the_h
     holder_env = process_env(api, namespace, "gpu-holder-alice", "kernels")
     assert devices == holder_env["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert holder_env["DEVCLUSTER_CDI_DEVICES"].startswith("MIG-")
+    # The kernel has the session's variables and session file, as a terminal of the notebook
+    # does (README, step 3), and numpy and pandas.
+    seen = json.loads(
+        execute(
+            hub.url,
+            "alice",
+            kid,
+            hub.token,
+            "import json, os, numpy, pandas\n"
+            "print(json.dumps({'file': json.load(open(os.environ['GPUSESSIONS_SESSION_FILE'])),"
+            " 'env': {k: v for k, v in os.environ.items() if k.startswith('GPUSESSIONS_')},"
+            " 'sum': int(numpy.arange(4).sum()), 'rows': len(pandas.DataFrame({'a': [1, 2]}))}))",
+        )
+    )
+    notebook_file = json.loads(api.get("Pod", "jupyter-alice", namespace)["metadata"]["annotations"][SESSION])
+    assert seen["file"] == notebook_file and seen["file"]["claim"] == "gpu-alice"
+    assert seen["file"]["devices"] and seen["file"]["node"] == "gpu-node-0"
+    assert seen["env"]["GPUSESSIONS_CLAIM"] == "gpu-alice"
+    assert seen["env"]["GPUSESSIONS_PROFILE"] == "mig-1g-10gb" and seen["env"]["GPUSESSIONS_NODE"] == "gpu-node-0"
+    assert seen["env"]["GPUSESSIONS_GPU"] == "MIG 1g.10gb"
+    assert (seen["sum"], seen["rows"]) == (6, 2)
 
     stop(hub, "alice")
     assert api.get_or_none("Pod", "jupyter-alice", namespace) is None
