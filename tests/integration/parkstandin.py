@@ -8,7 +8,7 @@ from __future__ import annotations
 
 MIME = "application/vnd.gpusessions.park+json"
 
-_PARK = r'''
+_PARK = r"""
 def __gps_park(target, limit):
     import os, pickle, time, types
     from IPython.display import display
@@ -39,9 +39,9 @@ def __gps_park(target, limit):
     display({MIME: report}, raw=True)
 __gps_park(TARGET, LIMIT)
 del __gps_park
-'''
+"""
 
-_RESTORE = r'''
+_RESTORE = r"""
 def __gps_restore(park):
     import os, pickle, time
     from IPython.display import display
@@ -67,7 +67,7 @@ def __gps_restore(park):
     display({MIME: report}, raw=True)
 __gps_restore(PARK)
 del __gps_restore
-'''
+"""
 
 
 def park_source(target_dir: str, limit_bytes: int, chunk_bytes: int = 64 << 20) -> str:
