@@ -170,7 +170,7 @@ def gateway_container(k: KernelSettings, request_name: str, claim: str = "", ser
     Its kernels get the session's variables and session file as the notebook server does.
     With `park`, the container's process is the park supervisor, which runs the gateway."""
     inherit = [*KERNEL_ENV, *(n for n, _ in k.env if n not in KERNEL_ENV)]
-    session = [
+    session: list[Obj] = [
         {"name": "GPUSESSIONS_CLAIM", "value": claim},
         *({"name": n, "value": v} for n, v in k.session_env),
         {"name": "GPUSESSIONS_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
