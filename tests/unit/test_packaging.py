@@ -28,6 +28,7 @@ PARTS = {
     "culler": ["gpusessions.culler"],
     "agent": ["gpusessions.agent"],
     "notebook": ["gpusessions.notebook"],
+    "park": ["gpusessions.park"],
 }
 
 
@@ -129,8 +130,7 @@ def test_the_agent_installs_no_jupyterhub() -> None:
 # Declared for a program the part runs rather than a module it imports.
 # The holder runs `jupyter kernelgateway` (kernel_gateway_command); a notebook job's pod runs
 # `papermill` (core/jobs.py).
-# numpy and pandas are for the user's kernels (what a notebook imports first).
-RUN_NOT_IMPORTED = {"jupyter-kernel-gateway", "papermill", "numpy", "pandas"}
+RUN_NOT_IMPORTED = {"jupyter-kernel-gateway", "papermill"}
 
 
 def test_nothing_unused_is_declared() -> None:
@@ -140,7 +140,7 @@ def test_nothing_unused_is_declared() -> None:
     assert "kubernetes" not in everything and "pynvml" not in everything
     imported = set().union(*(third_party_imports(p) for p in PARTS))
     dists = packages_distributions()
-    for extra in ("hub", "culler", "agent", "notebook"):
+    for extra in ("hub", "culler", "agent", "notebook", "park"):
         for dist in declared(extra) - RUN_NOT_IMPORTED:
             provides = {m for m, ds in dists.items() if dist in {_norm(d) for d in ds}}
             assert provides & imported, f"[{extra}] declares {dist}, which no part imports"
