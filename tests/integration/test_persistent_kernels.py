@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -248,8 +247,6 @@ def test_a_session_kept_from_before_kernels_were_on_still_starts(
 
 
 # -- parking: the holder's termination saves the kernels, the next start restores them --------
-REAL_PARK = importlib.util.find_spec("gpusessions.park") is not None
-STANDIN = Path(__file__).resolve().parent
 ARRAY_LEN = 100 * 2**20 // 8  # a 100 MiB float64 array
 
 BUILD_STATE = f"""
@@ -285,133 +282,107 @@ print(json.dumps(checks))
 """
 
 
-def park_config(namespace: str) -> str:
-    """The hub config of the parking tests: the park package, or the tests' stand-in of it."""
-    from .hubtools import GPU_HUB_CONFIG
-
-    cfg = GPU_HUB_CONFIG.format(namespace=namespace) + "\nc.GPUSessionSpawner.park_timeout = 60\n"
-    if not REAL_PARK:
-        path = f"{os.environ.get('PYTHONPATH', '')}:{STANDIN}"
-        env = {"GPUSESSIONS_PARK_CODE": "parkstandin", "PYTHONPATH": path}
-        cfg += f"c.GPUSessionSpawner.environment = {env!r}\n"
-    return cfg
-
-
 def home_of(cluster_root: Path, namespace: str, user: str) -> Path:
     return cluster_root / "homes" / namespace / user
 
 
+@pytest.mark.shared_hub
 def test_a_released_gpu_parks_the_kernels_and_the_next_start_restores_them(
-    api: KubeAPI, namespace: str, tmp_path: Path, cluster: Any
+    hub: Hub, api: KubeAPI, namespace: str, cluster: Any
 ) -> None:
-    from localcluster.hubproc import start_hub
+    grace = 120 + K.PARK_MARGIN  # park_timeout's default and the margin
+    spawn(hub, "dora", ONE_G)
+    holder = api.get("Pod", "gpu-holder-dora", namespace)
+    assert holder["spec"]["terminationGracePeriodSeconds"] == grace
+    code, s = nb(
+        hub,
+        "POST",
+        "/user/dora/api/sessions",
+        {
+            "path": "work/train.ipynb",
+            "name": "train.ipynb",
+            "type": "notebook",
+            "kernel": {"name": "python3"},
+        },
+    )
+    assert code == 201, code
+    old = s["kernel"]["id"]
+    assert execute(hub.url, "dora", old, hub.token, BUILD_STATE, timeout=120).strip() == "built"
 
-    hub = start_hub(park_config(namespace), tmp_path / "hub")
-    try:
-        spawn(hub, "dora", ONE_G)
-        holder = api.get("Pod", "gpu-holder-dora", namespace)
-        assert holder["spec"]["terminationGracePeriodSeconds"] == 60 + K.PARK_MARGIN
-        code, s = nb(
-            hub,
-            "POST",
-            "/user/dora/api/sessions",
-            {
-                "path": "work/train.ipynb",
-                "name": "train.ipynb",
-                "type": "notebook",
-                "kernel": {"name": "python3"},
-            },
-        )
-        assert code == 201, code
-        old = s["kernel"]["id"]
-        assert execute(hub.url, "dora", old, hub.token, BUILD_STATE, timeout=120).strip() == "built"
+    # The user releases the GPU: the hub deletes the holder with its grace period, and the
+    # holder's kernel host parks the kernel before its gateway stops.
+    code, body = hub.api("POST", "/gpusessions/users/dora/release")
+    assert code == 200 and body["released"], body
+    folder = home_of(cluster.paths.root, namespace, "dora") / ".gpusessions" / "parked" / "_default"
 
-        # The user releases the GPU: the hub deletes the holder with its grace period, and the
-        # holder's kernel host parks the kernel before its gateway stops.
-        code, body = hub.api("POST", "/gpusessions/users/dora/release")
-        assert code == 200 and body["released"], body
-        folder = home_of(cluster.paths.root, namespace, "dora") / ".gpusessions" / "parked" / "_default"
+    def parked() -> dict[str, Any] | None:
+        try:
+            rec = json.loads((folder / "session.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return rec if rec["kernels"][0]["status"] != "parking" else None
 
-        def parked() -> dict[str, Any] | None:
-            try:
-                rec = json.loads((folder / "session.json").read_text())
-            except (OSError, ValueError):
-                return None
-            return rec if rec["kernels"][0]["status"] != "parking" else None
+    record = waits.wait_for(parked, 90, "the holder's termination to park the kernel")
+    [k] = record["kernels"]
+    assert (k["id"], k["name"], k["paths"], k["status"]) == (
+        old,
+        "python3",
+        ["work/train.ipynb"],
+        "parked",
+    ), k
+    assert record["complete"] and record["seconds"] < 120
+    saved = set(k["report"]["saved"])
+    assert {"arr", "df", "p", "add3", "answer"} <= saved, k["report"]
+    assert [n["name"] for n in k["report"]["not_saved"] if n["name"] == "f"] == ["f"], k["report"]
+    assert (folder / "session.json").stat().st_mode & 0o777 == 0o600
+    assert folder.stat().st_mode & 0o777 == 0o700
+    killing = [e for e in waits.events_for(api, namespace, "Pod", "gpu-holder-dora") if "grace period" in e]
+    assert any(f"grace period {grace}s" in e for e in killing), killing
+    waits.wait_for(
+        lambda: api.get_or_none("Pod", "gpu-holder-dora", namespace) is None, 90, "the holder to go"
+    )
 
-        record = waits.wait_for(parked, 90, "the holder's termination to park the kernel")
-        [k] = record["kernels"]
-        assert (k["id"], k["name"], k["paths"], k["status"]) == (
-            old,
-            "python3",
-            ["work/train.ipynb"],
-            "parked",
-        ), k
-        assert record["complete"] and record["seconds"] < 60
-        saved = set(k["report"]["saved"])
-        assert {"arr", "df", "answer"} <= saved, k["report"]
-        assert [n["name"] for n in k["report"]["not_saved"] if n["name"] == "f"] == ["f"], k["report"]
-        assert (folder / "session.json").stat().st_mode & 0o777 == 0o600
-        assert folder.stat().st_mode & 0o777 == 0o700
-        killing = [
-            e for e in waits.events_for(api, namespace, "Pod", "gpu-holder-dora") if "grace period" in e
-        ]
-        assert any(f"grace period {60 + K.PARK_MARGIN}s" in e for e in killing), killing
-        waits.wait_for(
-            lambda: api.get_or_none("Pod", "gpu-holder-dora", namespace) is None, 90, "the holder to go"
-        )
-
-        # The next start (a new GPU, a new gateway): the first kernel request restores the
-        # kernel, and the notebook's path maps to the restored kernel.
-        spawn(hub, "dora", ONE_G)
-        code, sessions = nb(hub, "GET", "/user/dora/api/sessions")
-        assert code == 200, code
-        [(path, new)] = [(x["path"], x["kernel"]["id"]) for x in sessions]
-        assert path == "work/train.ipynb" and new != old
-        code, status = nb(hub, "GET", "/user/dora/gpusessions/restore")
-        assert code == 200 and status["state"] == "restored", status
-        assert status["message"].startswith("Restored your session from ") and "not kept" in status["message"]
-        [ks] = status["kernels"]
-        assert ks["restored"] and ks["kernel"] == new and "f" in " ".join(ks["not_kept"])
-        restored = set(ks["variables"])
-        assert {"arr", "df", "answer"} <= restored <= saved
-        checks = json.loads(execute(hub.url, "dora", new, hub.token, CHECK_STATE))
-        assert checks["arr"] and checks["df"] and checks["answer"], checks
-        for name in ("p", "add3"):  # the real package keeps these; the stand-in names them lost
-            assert checks[name] == (name in restored), (name, checks, restored)
-        # The park was restored in full: moved aside, not deleted; none is pending.
-        assert not folder.exists()
-        assert [p.name.split("-")[0] for p in folder.parent.glob("_default.restored-*")] == [
-            "_default.restored"
-        ]
-    finally:
-        hub.stop()
+    # The next start (a new GPU, a new gateway): the first kernel request restores the
+    # kernel, and the notebook's path maps to the restored kernel.
+    spawn(hub, "dora", ONE_G)
+    code, sessions = nb(hub, "GET", "/user/dora/api/sessions")
+    assert code == 200, code
+    [(path, new)] = [(x["path"], x["kernel"]["id"]) for x in sessions]
+    assert path == "work/train.ipynb" and new != old
+    code, status = nb(hub, "GET", "/user/dora/gpusessions/restore")
+    assert code == 200 and status["state"] == "restored", status
+    assert status["message"].startswith("Restored your session from ") and "not kept" in status["message"]
+    [ks] = status["kernels"]
+    assert ks["restored"] and ks["kernel"] == new and "f" in " ".join(ks["not_kept"])
+    restored = set(ks["variables"])
+    assert {"arr", "df", "p", "add3", "answer"} <= restored <= saved
+    checks = json.loads(execute(hub.url, "dora", new, hub.token, CHECK_STATE))
+    assert checks["arr"] and checks["df"] and checks["answer"], checks
+    assert checks == dict.fromkeys(checks, True), checks  # the class instance and the closure too
+    # The park was restored in full: moved aside, not deleted; none is pending.
+    assert not folder.exists()
+    assert [p.name.split("-")[0] for p in folder.parent.glob("_default.restored-*")] == ["_default.restored"]
 
 
+@pytest.mark.shared_hub
 def test_a_holder_deleted_directly_parks_its_kernels(
-    api: KubeAPI, namespace: str, tmp_path: Path, cluster: Any
+    hub: Hub, api: KubeAPI, namespace: str, cluster: Any
 ) -> None:
     """A drain or KAI's reclaim deletes the holder pod with its default grace period."""
-    from localcluster.hubproc import start_hub
+    spawn(hub, "erin", ONE_G)
+    code, s = nb(hub, "POST", "/user/erin/api/kernels", {"name": "python3"})
+    assert code == 201, code
+    kid = s["id"]
+    assert execute(hub.url, "erin", kid, hub.token, "answer = 42\nprint('ok')").strip() == "ok"
+    api.delete("Pod", "gpu-holder-erin", namespace)
+    folder = home_of(cluster.paths.root, namespace, "erin") / ".gpusessions" / "parked" / "_default"
 
-    hub = start_hub(park_config(namespace), tmp_path / "hub")
-    try:
-        spawn(hub, "erin", ONE_G)
-        code, s = nb(hub, "POST", "/user/erin/api/kernels", {"name": "python3"})
-        assert code == 201, code
-        kid = s["id"]
-        assert execute(hub.url, "erin", kid, hub.token, "answer = 42\nprint('ok')").strip() == "ok"
-        api.delete("Pod", "gpu-holder-erin", namespace)
-        folder = home_of(cluster.paths.root, namespace, "erin") / ".gpusessions" / "parked" / "_default"
+    def parked() -> dict[str, Any] | None:
+        try:
+            rec = json.loads((folder / "session.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return rec if rec["kernels"][0]["status"] == "parked" else None
 
-        def parked() -> dict[str, Any] | None:
-            try:
-                rec = json.loads((folder / "session.json").read_text())
-            except (OSError, ValueError):
-                return None
-            return rec if rec["kernels"][0]["status"] == "parked" else None
-
-        [k] = waits.wait_for(parked, 90, "the deleted holder to park its kernel")["kernels"]
-        assert k["id"] == kid and "answer" in k["report"]["saved"]
-    finally:
-        hub.stop()
+    [k] = waits.wait_for(parked, 90, "the deleted holder to park its kernel")["kernels"]
+    assert k["id"] == kid and "answer" in k["report"]["saved"]

@@ -45,12 +45,14 @@ def _timeout(env: dict[str, str]) -> float:
 def _not_kept(k: Obj) -> list[str]:
     """What of a kernel was not kept: not saved at the park, or not restored, in words."""
     out: list[str] = []
+    named: set[str] = set()
     for e in (k.get("report") or {}).get("not_saved") or []:
         if isinstance(e, dict):
             why = e.get("reason") or e.get("type") or "not saved"
             out.append(f"{e.get('name')}: {why}")
+            named.add(str(e.get("name")))
     for e in ((k.get("restore") or {}).get("report") or {}).get("not_restored") or []:
-        if isinstance(e, dict):
+        if isinstance(e, dict) and str(e.get("name")) not in named:  # not saved: said once
             out.append(f"{e.get('name')}: {e.get('reason') or 'not restored'}")
     return out
 
