@@ -3,10 +3,12 @@ the session's variables, the holder's grace period, the park record, the restore
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
+from tornado import web, websocket
 
 from gpusessions.core import kernels as K
 from gpusessions.core.claims import HolderSettings, build_holder_pod
@@ -110,3 +112,41 @@ def test_the_restore_says_what_came_back_in_words(state: str, start: str) -> Non
     }
     out = summary(record, state)
     assert out["state"] == state and out["message"].startswith(start), out["message"]
+
+
+def test_a_park_over_budget_is_recorded_as_timed_out_with_what_was_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel that never answers (busy past the budget): the record says so, the rest goes on."""
+
+    class Kernels(web.RequestHandler):
+        def get(self) -> None:
+            assert self.request.headers["Authorization"] == "token t"
+            self.write(json.dumps([{"id": "k1", "name": "python3", "execution_state": "idle"}]))
+
+    class Silent(websocket.WebSocketHandler):
+        def on_message(self, message: str | bytes) -> None:
+            pass  # the kernel never reports
+
+    async def run() -> dict[str, object] | None:
+        app = web.Application([(r"/api/kernels", Kernels), (r"/api/kernels/k1/channels", Silent)])
+        server = app.listen(0, "127.0.0.1")
+        port = next(iter(server._sockets.values())).getsockname()[1]
+        env = {
+            "KG_IP": "127.0.0.1",
+            "KG_PORT": str(port),
+            "KG_AUTH_TOKEN": "t",
+            "GPUSESSIONS_PARK_TIMEOUT": "1",
+        }
+        try:
+            return await parkhost.park_all(env)
+        finally:
+            server.stop()
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    asyncio.run(run())
+    record = R.read_record(tmp_path / ".gpusessions" / "parked" / "_default")
+    assert record is not None and record["complete"] is False
+    [k] = record["kernels"]
+    assert k["status"] == "timeout" and "no report within" in k["error"]
+    assert R.unrestored(record) == []  # nothing half-saved is restored

@@ -72,11 +72,11 @@ async def run_for_report(
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise KernelRunError(f"no report within {timeout:.0f} s")
+                raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)")
             try:
                 raw = await asyncio.wait_for(conn.read_message(), left)
             except TimeoutError:
-                raise KernelRunError(f"no report within {timeout:.0f} s") from None
+                raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)") from None
             if raw is None:
                 raise KernelRunError("the kernel's channels closed")
             m = json.loads(raw)

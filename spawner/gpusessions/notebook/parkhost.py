@@ -162,7 +162,8 @@ async def park_all(env: dict[str, str], started: float | None = None) -> Obj | N
             + (f"; not saved: {', '.join(map(str, lost))}" if lost else "")
             + (f"; {k['error']}" if k.get("error") else "")
         )
-    say(f"parked {len(record['kernels'])} kernel(s) in {record['seconds']:.1f} s into {folder}")
+    done = sum(k["status"] == "parked" for k in record["kernels"])
+    say(f"parked {done} of {len(record['kernels'])} kernel(s) in {record['seconds']:.1f} s into {folder}")
     return record
 
 
