@@ -496,7 +496,7 @@ class Runtime:
         argv = podspec.container_argv(spec, cont.mode, self.holder_argv, as_root)
         try:
             env = podspec.container_env(pod, spec, run.ip, run.host_ip, self._lookup)
-        except ApiError as e:
+        except (ApiError, podspec.ConfigError) as e:
             self._fail_start(run, cont, "CreateContainerConfigError", str(e))
             return
         home = self._pod_home(run)

@@ -44,6 +44,11 @@ _STACKS_WRAPPERS = {
 }
 
 
+class ConfigError(Exception):
+    """A container's configuration refers to what does not exist (a kubelet's
+    CreateContainerConfigError): the message is the kubelet's."""
+
+
 def image_mode(image: str) -> str:
     if image.startswith(EXEC_IMAGE_PREFIX):
         return EXEC
@@ -130,7 +135,10 @@ def container_env(
     """The container's environment from env and envFrom.
 
     `lookup(kind, namespace, name)` returns a Secret's or ConfigMap's data
-    (Secret values already decoded) or None when it does not exist.
+    (Secret values already decoded) or None when it does not exist. A reference to a Secret or
+    ConfigMap (or a key of one) that does not exist raises `ConfigError` in the kubelet's words,
+    unless it is `optional`: the container is not started (CreateContainerConfigError) and is
+    tried again, as a kubelet does.
     """
     ns = pod["metadata"]["namespace"]
     env: dict[str, str] = {}
@@ -138,8 +146,10 @@ def container_env(
         prefix = src.get("prefix", "")
         for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
             if key in src:
-                data = lookup(kind, ns, src[key]["name"]) or {}
-                env.update({prefix + k: v for k, v in data.items()})
+                data = lookup(kind, ns, src[key]["name"])
+                if data is None and not src[key].get("optional"):
+                    raise ConfigError(f'{kind.lower()} "{src[key]["name"]}" not found')
+                env.update({prefix + k: v for k, v in (data or {}).items()})
     for item in container.get("env") or []:
         name = item["name"]
         if "value" in item:
@@ -154,9 +164,15 @@ def container_env(
                 if "secretKeyRef" in vf
                 else ("ConfigMap", vf["configMapKeyRef"])
             )
-            data = lookup(kind, ns, ref["name"]) or {}
-            if ref["key"] in data:
+            data = lookup(kind, ns, ref["name"])
+            if data is not None and ref["key"] in data:
                 env[name] = data[ref["key"]]
+            elif ref.get("optional"):
+                continue
+            elif data is None:
+                raise ConfigError(f'{kind.lower()} "{ref["name"]}" not found')
+            else:
+                raise ConfigError(f"couldn't find key {ref['key']} in {kind} {ns}/{ref['name']}")
         elif name not in env:
             env[name] = ""
     return env

@@ -5,7 +5,9 @@ user; and the requests the probe sends."""
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,15 +56,50 @@ def raw(
         return status, data.decode(errors="replace")
 
 
+def declared_only(url: str, method: str, length: int, headers: dict[str, str]) -> bytes:
+    """Send a request's headers declaring a `length`-byte body and none of the body: what comes
+    back (a server that buffered the body first would wait, and this would time out)."""
+    u = urllib.parse.urlsplit(url)
+    head = f"{method} {u.path} HTTP/1.1\r\nHost: {u.netloc}\r\nContent-Length: {length}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    with socket.create_connection((u.hostname, u.port or 80), timeout=15) as s:
+        s.sendall(head.encode())
+        got = b""
+        while b"\r\n\r\n" not in got or len(got) < got.find(b"\r\n\r\n") + 4 + _length(got):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    return got
+
+
+def _length(response: bytes) -> int:
+    for line in response.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value.strip() or 0)
+    return 0
+
+
 def message(body: Any) -> str:
     return str(body.get("message", "")) if isinstance(body, dict) else str(body)
 
 
 def objects(api: KubeAPI, namespace: str) -> dict[str, list[tuple[str, str]]]:
     """What a request could have created or changed in the namespace: claims (with their
-    annotations), Jobs, CronJobs, claim templates, ConfigMaps."""
+    annotations), Jobs, CronJobs, claim templates, ConfigMaps, Pods, Secrets, NetworkPolicies."""
     out: dict[str, list[tuple[str, str]]] = {}
-    for kind in ("ResourceClaim", "Job", "CronJob", "ResourceClaimTemplate", "ConfigMap"):
+    kinds = (
+        "ResourceClaim",
+        "Job",
+        "CronJob",
+        "ResourceClaimTemplate",
+        "ConfigMap",
+        "Pod",
+        "Secret",
+        "NetworkPolicy",
+    )
+    for kind in kinds:
         items = api.list(kind, namespace)["items"]
         out[kind] = sorted(
             (i["metadata"]["name"], json.dumps(i["metadata"].get("annotations") or {}, sort_keys=True))

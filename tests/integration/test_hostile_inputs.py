@@ -9,6 +9,7 @@ cases."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +22,8 @@ from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
 from .cullertools import annotations, wait_warned
-from .hostiletools import hostile_hub, message, objects, raw
-from .hubtools import logged_in, server_model, spawn, start, user_token
+from .hostiletools import declared_only, hostile_hub, message, objects, raw
+from .hubtools import follow_spawn, logged_in, server_model, spawn, start, stop, user_token
 
 pytestmark = [pytest.mark.cluster, pytest.mark.shared_hub.with_args(hostile_hub)]
 
@@ -249,3 +250,87 @@ def test_keep_answers_a_warning_once_and_the_admin_keep_is_checked(
     code, answer = raw(f"{admin}/gpu-ghost/keep", "POST", b'{"until": %d}' % (time.time() + 60), headers)
     assert code == 404 and "no session" in message(answer), (code, answer)
     assert objects(api, namespace) == before
+
+
+def test_an_8_mb_body_is_refused_before_the_hub_reads_it(hub: Hub, api: KubeAPI, namespace: str) -> None:
+    """Every write route answers a declared 8 MB body with a 413 in words without waiting for
+    a byte of it (the hub streams bodies: tornado would buffer up to 100 MB first)."""
+    token = user_token(hub, "eve")
+    before = objects(api, namespace)
+    headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
+    wrong: list[Any] = []
+    for method, path, _ in WRITES:
+        got = declared_only(_url(hub, "eve", path), method, 8_000_000, headers)
+        if not got.startswith(b"HTTP/1.1 413") or b"too large: at most 64 KiB" not in got:
+            wrong.append((method, path, got[:200]))
+    assert wrong == []
+    assert objects(api, namespace) == before
+
+
+def test_the_notebook_extension_and_the_agent_answer_only_their_own(
+    hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    """nora's notebook server's gpusessions routes refuse another user, no login and an
+    oversized body (413 before the login); her holder's agent, with the token Secret the hub
+    made itself (nothing made beforehand), refuses a missing or wrong token (401), any body
+    (413), and a second fresh read within a second (the last sample, marked so)."""
+    nora, mallory = user_token(hub, "nora"), user_token(hub, "mallory")
+    spawn(hub, "nora", {"profile": "mig-1g-10gb"})
+    before = objects(api, namespace)
+    base = f"{hub.url}/user/nora/gpusessions"
+    wrong: list[Any] = []
+    for method, path in (("GET", "gpu"), ("POST", "gpu/release"), ("GET", "warnings"), ("POST", "keep")):
+        body = None if method == "GET" else b"{}"
+        for who, tok in (("mallory", mallory), ("no login", None)):
+            headers = {"Authorization": f"token {tok}"} if tok else {}
+            code, answer = raw(f"{base}/{path}", method, body, headers)
+            if code not in (401, 403):
+                wrong.append((who, method, path, code, answer))
+        big = b'{"a": "' + b"x" * (65 * 1024) + b'"}'
+        code, answer = raw(f"{base}/{path}", method, big, {"Authorization": f"token {nora}"})
+        if code != 413 or "too large: at most 64 KiB" not in message(answer):
+            wrong.append(("oversized", method, path, code, answer))
+    assert wrong == []
+    code, answer = raw(f"{base}/gpu", "GET", None, {"Authorization": f"token {nora}"})
+    assert code == 200, (code, answer)
+
+    # The agent: the hub made its token Secret; the culler reads with it, nobody else does.
+    secret = api.get("Secret", "gpusessions-agent-token", namespace)
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    ip = api.get("Pod", "gpu-holder-nora", namespace)["status"]["podIP"]
+    agent = f"http://{ip}:9400/api/status"
+    waits.wait_for(
+        lambda: raw(agent, "GET", None, {"Authorization": f"Bearer {token}"})[0] == 200, 30, "agent"
+    )
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Bearer {nora}"}):
+        code, answer = raw(agent, "GET", None, headers)
+        assert code == 401 and "missing or wrong agent token" in message(answer), (headers, code, answer)
+    code, answer = raw(agent, "POST", b"{}", {"Authorization": f"Bearer {token}"})
+    assert code == 413 and "takes no request body" in message(answer), (code, answer)
+    fresh = [raw(agent + "?fresh=1", "GET", None, {"Authorization": f"Bearer {token}"})[1] for _ in range(2)]
+    assert fresh[0]["fresh"] is True and fresh[1]["fresh"] is False, fresh
+    assert "at most one fresh read per 1 s per caller" in fresh[1]["fresh_refused"]
+    assert objects(api, namespace) == before
+
+
+def test_two_named_servers_started_at_once_take_one_gpu_session(
+    hub: Hub, api: KubeAPI, namespace: str
+) -> None:
+    """max_gpu_sessions_per_user = 1: olga starts two named GPU servers at the same moment;
+    exactly one gets a claim, the other's progress says why, in words."""
+    user_token(hub, "olga")
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(
+            pool.map(lambda s: follow_spawn(hub, "olga", {"profile": "mig-1g-10gb"}, s), ("a", "b"))
+        )
+    ready = [s for s in ("a", "b") if (server_model(hub, "olga", s) or {}).get("ready")]
+    assert len(ready) == 1, (answers, hub.log_tail(3000))
+    refused = answers[1 if ready == ["a"] else 0][1]
+    assert any("the most one user may have on this hub" in m for m in refused), refused
+    claims = [
+        c
+        for c in api.list("ResourceClaim", namespace)["items"]
+        if (c["metadata"].get("annotations") or {}).get("gpusessions.io/user") == "olga"
+    ]
+    assert len(claims) == 1, [c["metadata"]["name"] for c in claims]
+    stop(hub, "olga", ready[0])

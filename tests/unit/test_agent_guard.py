@@ -37,7 +37,9 @@ def _nvml(tmp: Path) -> tuple[Path, Path]:
     return tmp / "nvml.json", control
 
 
-class AgentGuardTest(AsyncHTTPTestCase):
+class _AgentServerCase(AsyncHTTPTestCase):
+    """The real agent app on the simulated NVML, served by the agent's own HTTP server."""
+
     def setUp(self) -> None:
         import tempfile
 
@@ -59,6 +61,8 @@ class AgentGuardTest(AsyncHTTPTestCase):
             headers["Authorization"] = f"Bearer {token}"
         return self.fetch(path, headers=headers, **kw)
 
+
+class AgentGuardTest(_AgentServerCase):
     def test_a_missing_or_wrong_token_is_refused_on_every_page_but_healthz(self) -> None:
         for path in ("/api/status", "/api/status?fresh=1", "/metrics", "/nope"):
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": CULLER}):
@@ -125,6 +129,52 @@ class AgentGuardTest(AsyncHTTPTestCase):
         assert (await ok.read_until_close()).endswith(b"ok")
         for s in streams:
             s.close()
+
+
+class HolderPeersTest(_AgentServerCase):
+    """On a real cluster (the pod's IP is not loopback), every loopback address and the pod's
+    own IP are one peer, "self": the user's cells in the holder's kernels cannot flood their own
+    agent past one peer's share (an unread GPU is never culled, so that would make the session
+    immune to the culler)."""
+
+    def get_http_server(self) -> HTTPServer:
+        own = frozenset({"10.1.2.3"})
+        return guard.AgentHTTPServer(self._app, own_addresses=own, **guard.server_options())
+
+    @gen_test
+    async def test_loopback_addresses_share_the_holders_quota(self) -> None:
+        from tornado.iostream import IOStream
+
+        streams = []
+        for i in range(guard.MAX_CONNECTIONS_PER_PEER):
+            sock = socket.socket()
+            sock.bind((f"127.0.0.{2 + i}", 0))  # a new source address each time
+            s = IOStream(sock)
+            await s.connect(("127.0.0.1", self.get_http_port()))
+            streams.append(s)
+        sock = socket.socket()
+        sock.bind(("127.0.0.200", 0))
+        over = IOStream(sock)
+        await over.connect(("127.0.0.1", self.get_http_port()))
+        await over.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert await over.read_until_close() == b"", "closed at once: loopback is one peer here"
+        server: Any = self.http_server
+        assert server.per_peer == {"self": guard.MAX_CONNECTIONS_PER_PEER}
+        for s in streams:
+            s.close()
+
+
+def test_peer_key_groups_the_holders_own_addresses() -> None:
+    own = frozenset({"10.1.2.3"})
+    assert guard.peer_key("127.0.0.1", own) == guard.peer_key("127.9.9.9", own) == "self"
+    assert guard.peer_key("::1", own) == guard.peer_key("10.1.2.3", own) == "self"
+    assert guard.peer_key("10.1.2.4", own) == "10.1.2.4"  # the culler, the notebook: their own
+    # The local cluster: pods on 127.x, the culler on loopback too: each address its own.
+    local = frozenset({"127.0.5.3"})
+    assert guard.peer_key("127.0.0.1", local) == "127.0.0.1"
+    assert guard.peer_key("127.0.5.3", local) == "self"
+    assert guard.peer_key("127.0.0.1", frozenset()) == "127.0.0.1"
+    assert guard.peer_key("not an ip", own) == "not an ip"
 
 
 async def _sleep(seconds: float) -> None:

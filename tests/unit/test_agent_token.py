@@ -1,4 +1,4 @@
-"""The GPU agents' token by default: the hub makes its Secret once per namespace, the culler
+"""The GPU agents' token by default: the hub makes its Secret where it is missing, the culler
 reads it per namespace (and again after an agent refused it)."""
 
 from __future__ import annotations
@@ -39,21 +39,24 @@ def test_the_spawner_gives_agents_a_token_by_default() -> None:
     assert GPUSessionSettings.class_traits()["agent_token_secret"].default() == AGENT_TOKEN_SECRET
 
 
-def test_the_hub_makes_the_secret_once_per_namespace_with_a_random_token() -> None:
-    agenttoken._SEEN.clear()
+def test_the_hub_makes_the_secret_where_it_is_missing_with_a_random_token() -> None:
     api = SecretsAPI()
     for ns in ("a", "a", "b"):
         asyncio.run(agenttoken.ensure(api, ns, AGENT_TOKEN_SECRET))
     assert api.calls == [
         ("get", "a", AGENT_TOKEN_SECRET),
         ("create", "a", AGENT_TOKEN_SECRET),
+        ("get", "a", AGENT_TOKEN_SECRET),
         ("get", "b", AGENT_TOKEN_SECRET),
         ("create", "b", AGENT_TOKEN_SECRET),
     ]
     tokens = [s["stringData"]["token"] for s in api.created]
     assert len(set(tokens)) == 2 and all(len(t) >= 40 for t in tokens)
+    # Deleted under the running hub: the next holder's start makes it again.
+    api.existing.discard(("a", AGENT_TOKEN_SECRET))
+    asyncio.run(agenttoken.ensure(api, "a", AGENT_TOKEN_SECRET))
+    assert api.calls[-1] == ("create", "a", AGENT_TOKEN_SECRET)
     # One that exists (the chart's) is used as it is; one made meanwhile (409) too.
-    agenttoken._SEEN.clear()
     kept = SecretsAPI(frozenset({("c", "mine")}))
     asyncio.run(agenttoken.ensure(kept, "c", "mine"))
     assert kept.calls == [("get", "c", "mine")]

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from tornado import httpserver, netutil, web
 
 from gpusessions.core import bodies
 from gpusessions.core import jobs as J
@@ -92,7 +93,13 @@ def test_a_long_log_is_read_as_its_tail_within_the_byte_limit() -> None:
     assert cut and text is not None and len(text.encode()) <= 2048
     assert text.endswith("line 0499 " + "x" * 90 + "\n")  # the end, not the start
     short = _Logs(["a\n", "b\n"])
-    assert asyncio.run(log_tail(short, "ns", "p", 500, 2048)) == ("a\nb\n", False) and short.asked == [500]
+    assert asyncio.run(log_tail(short, "ns", "p", 500, 2048)) == ("a\nb\n", False) and short.asked == [501]
+    exact = _Logs([f"{i}\n" for i in range(500)])
+    assert asyncio.run(log_tail(exact, "ns", "p", 500, 1 << 20)) == ("".join(exact.lines), False)
+    # Cut by its line count alone (10,000 short lines, 500 kept): it says so.
+    many = _Logs([f"{i}\n" for i in range(10000)])
+    text, cut = asyncio.run(log_tail(many, "ns", "p", 500, 1 << 20))
+    assert cut and text is not None and text.splitlines() == [str(i) for i in range(9500, 10000)]
     one = _Logs(["y" * 5000])
     text, cut = asyncio.run(log_tail(one, "ns", "p", 500, 2048))
     assert cut and text == "y" * 2048
@@ -119,3 +126,64 @@ def test_a_users_sessions_count_across_named_servers() -> None:
     ]
     assert user_sessions(claims, "a", None) == 2
     assert user_sessions(claims, "a", ("ns", "gpu-a")) == 1  # the claim being made is not counted
+
+
+def _streamed_server() -> tuple[Any, int]:
+    """A tornado server whose handler streams its body as the hub's and the notebook
+    extension's bases do (core.bodies.start_streamed), with a 1 KiB limit."""
+
+    @web.stream_request_body
+    class Echo(web.RequestHandler):
+        async def prepare(self) -> None:
+            try:
+                bodies.start_streamed(self.request, 1024)
+            except bodies.BadBody as e:
+                raise web.HTTPError(e.status, str(e)) from None
+
+        def data_received(self, chunk: bytes) -> None:
+            self.request.body += chunk
+
+        def write_error(self, status_code: int, **kwargs: Any) -> None:
+            self.finish(str(kwargs["exc_info"][1].log_message))
+
+        def post(self) -> None:
+            self.write(f"got {len(self.request.body)}")
+
+    server = httpserver.HTTPServer(web.Application([(r"/", Echo)]))
+    (sock,) = netutil.bind_sockets(0, "127.0.0.1")
+    server.add_sockets([sock])
+    return server, sock.getsockname()[1]
+
+
+async def _exchange(port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+def test_a_streamed_body_is_refused_before_it_is_read() -> None:
+    """An 8 MB declared body is a 413 in words with none of it sent (tornado would otherwise
+    wait for, and buffer, all of it); a chunked body past the limit is cut at the limit; one
+    within it arrives whole."""
+
+    async def run() -> None:
+        server, port = _streamed_server()
+        try:
+            big = await _exchange(port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 8000000\r\n\r\n")
+            assert big.startswith(b"HTTP/1.1 413") and b"at most 1 KiB is accepted" in big
+            chunk = b"400\r\n" + b"x" * 1024 + b"\r\n"
+            head = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            chunked = await _exchange(port, head + chunk * 8 + b"0\r\n\r\n")
+            assert chunked.startswith(b"HTTP/1.1 400") and b"got" not in chunked
+            small = await _exchange(
+                port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+            )
+            assert small.startswith(b"HTTP/1.1 200") and small.endswith(b"got 5")
+        finally:
+            server.stop()
+
+    asyncio.run(run())

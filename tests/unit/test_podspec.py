@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from localcluster import podspec
 
 
@@ -71,6 +75,34 @@ def test_env_expansion_and_escape() -> None:
     c = {"env": [{"name": "A", "value": "x"}, {"name": "B", "value": "$(A)/$$(A)/$(MISSING)"}]}
     env = podspec.container_env(pod, c, "127.1.0.2", "127.200.0.1", lambda *a: None)
     assert env["B"] == "x/$(A)/$(MISSING)"
+
+
+def test_a_missing_secret_or_key_stops_the_container_unless_optional() -> None:
+    """As a kubelet: CreateContainerConfigError in its words (the agent's token Secret, deleted
+    under a hub that thought it was there, once started agents without a token here)."""
+    pod = {"metadata": {"namespace": "ns", "name": "p"}, "spec": {}}
+    secrets = {("Secret", "ns", "s"): {"token": "t"}}
+
+    def lookup(kind: str, ns: str, name: str) -> dict[str, str] | None:
+        return secrets.get((kind, ns, name))
+
+    def ref(name: str, key: str = "token", **extra: Any) -> dict[str, Any]:
+        return {"name": "T", "valueFrom": {"secretKeyRef": {"name": name, "key": key, **extra}}}
+
+    assert podspec.container_env(pod, {"env": [ref("s")]}, "", "", lookup) == {"T": "t"}
+    with pytest.raises(podspec.ConfigError, match='secret "gone" not found'):
+        podspec.container_env(pod, {"env": [ref("gone")]}, "", "", lookup)
+    with pytest.raises(podspec.ConfigError, match="couldn't find key other in Secret ns/s"):
+        podspec.container_env(pod, {"env": [ref("s", "other")]}, "", "", lookup)
+    assert podspec.container_env(pod, {"env": [ref("gone", optional=True)]}, "", "", lookup) == {}
+    with pytest.raises(podspec.ConfigError, match='configmap "cm" not found'):
+        podspec.container_env(pod, {"envFrom": [{"configMapRef": {"name": "cm"}}]}, "", "", lookup)
+    assert (
+        podspec.container_env(
+            pod, {"envFrom": [{"secretRef": {"name": "x", "optional": True}}]}, "", "", lookup
+        )
+        == {}
+    )
 
 
 def test_pod_ips_of_two_local_clusters_never_meet() -> None:

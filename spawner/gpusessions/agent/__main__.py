@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
     async def run() -> None:
         app = make_app(state, token, env("GPUSESSIONS_KERNELS_TOKEN") or None)
-        listen(app, args.port, args.ip)
+        # The pod's own IP (set where the holder hosts kernels): with loopback, one peer.
+        listen(app, args.port, args.ip, frozenset(ip for ip in (env("POD_IP"),) if ip))
         start_sampling(state, args.interval)
         log = logging.getLogger("gpusessions.agent")
         if not token:

@@ -9,14 +9,18 @@
   `FRESH_INTERVAL_SECONDS`; a caller asking more often gets the last sample, marked so.
 - One peer (an IP address) holds at most `MAX_CONNECTIONS_PER_PEER` connections: a flood
   from one pod cannot take the descriptors the culler's read needs; `MAX_CONNECTIONS` in all
-  bounds the agent's memory (code beside the agent, in the holder's kernels, can take
-  loopback addresses of its own: it can make its own session's agent unreadable, never read
-  another's).
+  bounds the agent's memory. Code beside the agent (the user's cells in the holder's kernels)
+  can connect from any loopback address and from the pod's own IP: all of those count as one
+  peer, "self" (`peer_key`), so a session cannot flood its own agent until the culler cannot
+  read it (an unread GPU is never culled: that would make the session immune). Where the pod
+  IP is itself a loopback address (the local cluster, whose culler connects from loopback
+  too) each address counts on its own.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 from collections import OrderedDict
 from typing import Any
@@ -47,6 +51,26 @@ def server_options() -> dict[str, Any]:
         "body_timeout": BODY_SECONDS,
         "decompress_request": False,
     }
+
+
+def peer_key(ip: str, own: frozenset[str]) -> str:
+    """Whose quota of connections a peer address takes: "self" for the holder pod's own
+    addresses (any loopback address, and `own`, the pod's IPs), when the pod's IPs are not
+    loopback themselves; the address otherwise."""
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return ip
+    if ip in own or (addr.is_loopback and own and not any(_loopback(o) for o in own)):
+        return "self"
+    return ip
+
+
+def _loopback(ip: str) -> bool:
+    try:
+        return ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return False
 
 
 def caller(authorization: str, tokens: dict[str, str]) -> str | None:
@@ -85,14 +109,22 @@ class FreshLimiter:
 class AgentHTTPServer(HTTPServer):
     """tornado's HTTPServer with the limits above and a cap on connections per peer."""
 
-    def initialize(self, *args: Any, max_per_peer: int = MAX_CONNECTIONS_PER_PEER, **kwargs: Any) -> None:
+    def initialize(
+        self,
+        *args: Any,
+        max_per_peer: int = MAX_CONNECTIONS_PER_PEER,
+        own_addresses: frozenset[str] = frozenset(),
+        **kwargs: Any,
+    ) -> None:
         super().initialize(*args, **kwargs)
         self.max_per_peer = max_per_peer
+        self.own = own_addresses
         self.per_peer: dict[str, int] = {}
         self.refused = 0
 
     def handle_stream(self, stream: IOStream, address: Any) -> None:
-        peer = str(address[0]) if isinstance(address, tuple) and address else str(address)
+        ip = str(address[0]) if isinstance(address, tuple) and address else str(address)
+        peer = peer_key(ip, self.own)
         if self.per_peer.get(peer, 0) >= self.max_per_peer or len(self._connections) >= MAX_CONNECTIONS:
             self.refused += 1
             if self.refused in (1, 10, 100) or self.refused % 1000 == 0:
@@ -110,7 +142,7 @@ class AgentHTTPServer(HTTPServer):
 
     def on_close(self, server_conn: Any) -> None:
         super().on_close(server_conn)
-        peer = str(getattr(getattr(server_conn, "context", None), "remote_ip", ""))
+        peer = peer_key(str(getattr(getattr(server_conn, "context", None), "remote_ip", "")), self.own)
         left = self.per_peer.get(peer, 1) - 1
         if left > 0:
             self.per_peer[peer] = left

@@ -279,10 +279,13 @@ def log_request(handler: web.RequestHandler) -> None:
         log.debug("%s", line)
 
 
-def listen(app: web.Application, port: int, address: str) -> guard.AgentHTTPServer:
+def listen(
+    app: web.Application, port: int, address: str, own: frozenset[str] = frozenset()
+) -> guard.AgentHTTPServer:
     """Serve `app` with the agent's limits (guard.py): small headers, no body, idle connections
-    closed, connections per peer capped."""
-    server = guard.AgentHTTPServer(app, **guard.server_options())
+    closed, connections per peer capped (`own`: the pod's IPs, whose connections and loopback's
+    count as one peer)."""
+    server = guard.AgentHTTPServer(app, own_addresses=own, **guard.server_options())
     server.listen(port, address=address)
     return server
 

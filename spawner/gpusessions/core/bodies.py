@@ -27,14 +27,30 @@ class BadBody(ValueError):
 
 def check_size(content_length: str | None, received: int, limit: int = MAX_BODY_BYTES) -> None:
     """413 when the declared (Content-Length) or received length is over `limit` bytes."""
-    declared = 0
-    if content_length:
-        try:
-            declared = int(content_length)
-        except ValueError:
-            raise BadBody(400, "The Content-Length header is not a number.") from None
-    if max(declared, received) > limit:
+    if max(declared_length(content_length), received) > limit:
         raise BadBody(413, f"The request body is too large: at most {limit // 1024} KiB is accepted.")
+
+
+def declared_length(content_length: str | None) -> int:
+    """The Content-Length a request declares (0 without one); a 400 when it is not a number."""
+    if not content_length:
+        return 0
+    try:
+        return int(content_length)
+    except ValueError:
+        raise BadBody(400, "The Content-Length header is not a number.") from None
+
+
+def start_streamed(request: Any, limit: int) -> None:
+    """Begin a streamed body (a tornado handler with `stream_request_body`, from `prepare`):
+    the connection is told to take at most `limit` bytes (tornado cuts a chunked body past it:
+    400, connection closed), the body starts empty for `data_received` to fill, and a larger
+    declared Content-Length is a `BadBody` (413) before a byte of it is read."""
+    connection = getattr(request, "connection", None)
+    if connection is not None and hasattr(connection, "set_max_body_size"):
+        connection.set_max_body_size(limit)
+    request.body = b""
+    check_size(request.headers.get("Content-Length"), 0, limit)
 
 
 def depth(text: str) -> int:

@@ -30,24 +30,27 @@ def is_gpusessions(spawner: Any) -> bool:
     return isinstance(spawner, GPUSessionSpawner)
 
 
+@web.stream_request_body
 class GPUSessionsAPIHandler(APIHandler):
-    """The helpers of every /hub/api/gpusessions/ endpoint."""
+    """The helpers of every /hub/api/gpusessions/ endpoint.
+
+    The body is streamed, not buffered by tornado (whose own limit is 100 MB): the connection
+    takes at most `c.GPUSessionsAPI.max_body_bytes`. A larger declared Content-Length is a 413
+    in words before a byte of the body is read; a chunked body that runs past the limit is cut
+    by tornado itself (400, connection closed)."""
 
     async def prepare(self) -> None:
-        """Every route: a body past `c.GPUSessionsAPI.max_body_bytes` is a 413 before anything
-        reads it, even before the login is looked up."""
-        self.check_body_size()
-        await super().prepare()
-
-    def check_body_size(self) -> None:
+        """Every route: the body's limit is set and its declared size checked before anything
+        else, even before the login is looked up."""
         try:
-            bodies.check_size(
-                self.request.headers.get("Content-Length"),
-                len(self.request.body or b""),
-                api_settings(self).max_body_bytes,
-            )
+            bodies.start_streamed(self.request, api_settings(self).max_body_bytes)
         except bodies.BadBody as e:
             raise web.HTTPError(e.status, str(e)) from None
+        await super().prepare()
+
+    def data_received(self, chunk: bytes) -> None:
+        """A piece of the body (tornado stops the connection before the pieces pass the limit)."""
+        self.request.body += chunk
 
     def json_body(self, empty: Any = None) -> Any:
         """The request's JSON, bounded (size, depth, no NaN or Infinity: `core.bodies`); a 400

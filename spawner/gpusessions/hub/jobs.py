@@ -425,24 +425,34 @@ class JobLogHandler(JobsBase):
         else:
             message = "" if text is not None else "The pod is gone."
         if truncated:
-            message = f"The log is long: only its last {cfg.log_max_bytes // 1024} KiB are shown."
+            message = (
+                f"The log is long: only its end is shown (at most its last {cfg.log_tail_lines} lines"
+                f" and {cfg.log_max_bytes // 1024} KiB)."
+            )
         self._json({"id": job_id, "pod": pod, "log": text or "", "message": message, "truncated": truncated})
 
 
 async def log_tail(api: Any, namespace: str, pod: str, lines: int, max_bytes: int) -> tuple[str | None, bool]:
-    """The end of a job pod's log in at most `max_bytes` bytes, and whether it was cut. The
-    kubelet's `limitBytes` keeps the start of what it sends, so the tail is asked for in ever
-    fewer lines until it fits (a single line longer than that: its first `max_bytes`)."""
+    """The end of a job pod's log, at most `lines` lines in at most `max_bytes` bytes, and
+    whether it was cut. One line more than wanted is asked for, so a log cut by its line count
+    alone says so too. The kubelet's `limitBytes` keeps the start of what it sends, so the tail
+    is asked for in ever fewer lines until it fits (a single line longer than that: its first
+    `max_bytes`)."""
     n = lines
     while True:
-        text = await api.pod_log(namespace, pod, J.CONTAINER, n, max_bytes + 1)
+        text = await api.pod_log(namespace, pod, J.CONTAINER, n + 1, max_bytes + 1)
         if text is None:
             return None, False
-        data = text.encode("utf-8", errors="replace")
-        if len(data) <= max_bytes:
+        if len(text.encode("utf-8", errors="replace")) <= max_bytes:
+            kept = text.splitlines(keepends=True)
+            if len(kept) > n:
+                return "".join(kept[-n:]), True
             return text, n < lines
         if n == 1:
-            return data[:max_bytes].decode("utf-8", errors="ignore"), True
+            last = await api.pod_log(namespace, pod, J.CONTAINER, 1, max_bytes + 1)
+            if last is None:
+                return None, False
+            return last.encode("utf-8", errors="replace")[:max_bytes].decode("utf-8", errors="ignore"), True
         n = max(1, n // 4)
 
 
