@@ -613,7 +613,7 @@ class Runtime:
         change (a holder's session annotation is set once its claim is allocated)."""
         home = self._pod_home(run)
         for spec in run.pod["spec"]["containers"]:
-            with contextlib.suppress(ApiError, OSError):
+            with contextlib.suppress(ApiError, OSError, podspec.ConfigError):
                 self._project_volumes(run, spec, home)
 
     def _fail_start(self, run: PodRun, cont: Container, reason: str, message: str) -> None:
