@@ -332,7 +332,13 @@ class Runtime:
             return
         run = self.pods.get(uid)
         if run:
+            before = run.pod["metadata"]
             run.pod = pod
+            if not run.deleting and (
+                before.get("annotations") != pod["metadata"].get("annotations")
+                or before.get("labels") != pod["metadata"].get("labels")
+            ):
+                self._refresh_volumes(run)
         if pod["metadata"].get("deletionTimestamp"):
             self._begin_delete(pod, run)
             return
@@ -601,6 +607,14 @@ class Runtime:
                     f.write_text(content)
             mounts[mount] = str(target)
         return mounts
+
+    def _refresh_volumes(self, run: PodRun) -> None:
+        """A kubelet rewrites downwardAPI volume files when the pod's labels or annotations
+        change (a holder's session annotation is set once its claim is allocated)."""
+        home = self._pod_home(run)
+        for spec in run.pod["spec"]["containers"]:
+            with contextlib.suppress(ApiError, OSError, podspec.ConfigError):
+                self._project_volumes(run, spec, home)
 
     def _fail_start(self, run: PodRun, cont: Container, reason: str, message: str) -> None:
         cont.proc = None

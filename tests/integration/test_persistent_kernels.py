@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from gpusessions.core import kernels as K
+from gpusessions.core.labels import SESSION_ANNOTATION as SESSION
 from localcluster import waits
 from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
@@ -69,6 +70,30 @@ def test_kernel_state_survives_a_notebook_restart_and_is_lost_plainly_with_the_h
     holder_env = process_env(api, namespace, "gpu-holder-alice", "kernels")
     assert devices == holder_env["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert holder_env["DEVCLUSTER_CDI_DEVICES"].startswith("MIG-")
+    # The kernel has the session's variables and session file, as a terminal of the notebook
+    # does (README, step 3), and numpy and pandas.
+    seen = json.loads(
+        execute(
+            hub.url,
+            "alice",
+            kid,
+            hub.token,
+            "import json, os, numpy, pandas\n"
+            "print(json.dumps({'file': json.load(open(os.environ['GPUSESSIONS_SESSION_FILE'])),"
+            " 'env': {k: v for k, v in os.environ.items() if k.startswith('GPUSESSIONS_')},"
+            " 'sum': int(numpy.arange(4).sum()), 'rows': len(pandas.DataFrame({'a': [1, 2]}))}))",
+        )
+    )
+    notebook_file = json.loads(api.get("Pod", "jupyter-alice", namespace)["metadata"]["annotations"][SESSION])
+    assert seen["file"] == notebook_file and seen["file"]["claim"] == "gpu-alice"
+    assert seen["file"]["devices"] and seen["file"]["node"] == "gpu-node-0"
+    assert seen["env"]["GPUSESSIONS_CLAIM"] == "gpu-alice"
+    assert (
+        seen["env"]["GPUSESSIONS_PROFILE"] == "mig-1g-10gb"
+        and seen["env"]["GPUSESSIONS_NODE"] == "gpu-node-0"
+    )
+    assert seen["env"]["GPUSESSIONS_GPU"] == "MIG 1g.10gb"
+    assert (seen["sum"], seen["rows"]) == (6, 2)
 
     stop(hub, "alice")
     assert api.get_or_none("Pod", "jupyter-alice", namespace) is None
@@ -219,3 +244,145 @@ def test_a_session_kept_from_before_kernels_were_on_still_starts(
         assert "has no kernel host" in hub.log_text()
     finally:
         hub.stop()
+
+
+# -- parking: the holder's termination saves the kernels, the next start restores them --------
+ARRAY_LEN = 100 * 2**20 // 8  # a 100 MiB float64 array
+
+BUILD_STATE = f"""
+import numpy as np, pandas as pd
+arr = np.arange({ARRAY_LEN}, dtype=np.float64)
+df = pd.DataFrame({{"a": range(1000), "b": ["x"] * 1000}})
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+    def __eq__(self, other):
+        return (self.x, self.y) == (other.x, other.y)
+p = Point(1, 2)
+def make_adder(k):
+    return lambda x: x + k
+add3 = make_adder(3)
+f = open("park-open-file.txt", "w")
+answer = 42
+print("built")
+"""
+
+CHECK_STATE = f"""
+import json, numpy as np, pandas as pd
+ns = globals()
+checks = {{
+    "arr": "arr" in ns and arr.shape == ({ARRAY_LEN},)
+    and bool((arr[:: 2**16] == np.arange(0, {ARRAY_LEN}, 2**16)).all()),
+    "df": "df" in ns and df.equals(pd.DataFrame({{"a": range(1000), "b": ["x"] * 1000}})),
+    "p": "p" in ns and (p.x, p.y) == (1, 2),
+    "add3": "add3" in ns and add3(4) == 7,
+    "answer": ns.get("answer") == 42,
+}}
+print(json.dumps(checks))
+"""
+
+
+def home_of(cluster_root: Path, namespace: str, user: str) -> Path:
+    return cluster_root / "homes" / namespace / user
+
+
+@pytest.mark.shared_hub
+def test_a_released_gpu_parks_the_kernels_and_the_next_start_restores_them(
+    hub: Hub, api: KubeAPI, namespace: str, cluster: Any
+) -> None:
+    grace = 120 + K.PARK_MARGIN  # park_timeout's default and the margin
+    spawn(hub, "dora", ONE_G)
+    holder = api.get("Pod", "gpu-holder-dora", namespace)
+    assert holder["spec"]["terminationGracePeriodSeconds"] == grace
+    code, s = nb(
+        hub,
+        "POST",
+        "/user/dora/api/sessions",
+        {
+            "path": "work/train.ipynb",
+            "name": "train.ipynb",
+            "type": "notebook",
+            "kernel": {"name": "python3"},
+        },
+    )
+    assert code == 201, code
+    old = s["kernel"]["id"]
+    assert execute(hub.url, "dora", old, hub.token, BUILD_STATE, timeout=120).strip() == "built"
+
+    # The user releases the GPU: the hub deletes the holder with its grace period, and the
+    # holder's kernel host parks the kernel before its gateway stops.
+    code, body = hub.api("POST", "/gpusessions/users/dora/release")
+    assert code == 200 and body["released"], body
+    folder = home_of(cluster.paths.root, namespace, "dora") / ".gpusessions" / "parked" / "_default"
+
+    def parked() -> dict[str, Any] | None:
+        try:
+            rec = json.loads((folder / "session.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return rec if rec["kernels"][0]["status"] != "parking" else None
+
+    record = waits.wait_for(parked, 90, "the holder's termination to park the kernel")
+    [k] = record["kernels"]
+    assert (k["id"], k["name"], k["paths"], k["status"]) == (
+        old,
+        "python3",
+        ["work/train.ipynb"],
+        "parked",
+    ), k
+    assert record["complete"] and record["seconds"] < 120
+    saved = set(k["report"]["saved"])
+    assert {"arr", "df", "p", "add3", "answer"} <= saved, k["report"]
+    assert [n["name"] for n in k["report"]["not_saved"] if n["name"] == "f"] == ["f"], k["report"]
+    assert (folder / "session.json").stat().st_mode & 0o777 == 0o600
+    assert folder.stat().st_mode & 0o777 == 0o700
+    killing = [e for e in waits.events_for(api, namespace, "Pod", "gpu-holder-dora") if "grace period" in e]
+    assert any(f"grace period {grace}s" in e for e in killing), killing
+    waits.wait_for(
+        lambda: api.get_or_none("Pod", "gpu-holder-dora", namespace) is None, 90, "the holder to go"
+    )
+
+    # The next start (a new GPU, a new gateway): the first kernel request restores the
+    # kernel, and the notebook's path maps to the restored kernel.
+    spawn(hub, "dora", ONE_G)
+    code, sessions = nb(hub, "GET", "/user/dora/api/sessions")
+    assert code == 200, code
+    [(path, new)] = [(x["path"], x["kernel"]["id"]) for x in sessions]
+    assert path == "work/train.ipynb" and new != old
+    code, status = nb(hub, "GET", "/user/dora/gpusessions/restore")
+    assert code == 200 and status["state"] == "restored", status
+    assert status["message"].startswith("Restored your session from ") and "not kept" in status["message"]
+    [ks] = status["kernels"]
+    assert ks["restored"] and ks["kernel"] == new and "f" in " ".join(ks["not_kept"])
+    restored = set(ks["variables"])
+    assert {"arr", "df", "p", "add3", "answer"} <= restored <= saved
+    checks = json.loads(execute(hub.url, "dora", new, hub.token, CHECK_STATE))
+    assert checks["arr"] and checks["df"] and checks["answer"], checks
+    assert checks == dict.fromkeys(checks, True), checks  # the class instance and the closure too
+    # The park was restored in full: moved aside, not deleted; none is pending.
+    assert not folder.exists()
+    assert [p.name.split("-")[0] for p in folder.parent.glob("_default.restored-*")] == ["_default.restored"]
+
+
+@pytest.mark.shared_hub
+def test_a_holder_deleted_directly_parks_its_kernels(
+    hub: Hub, api: KubeAPI, namespace: str, cluster: Any
+) -> None:
+    """A drain or KAI's reclaim deletes the holder pod with its default grace period."""
+    spawn(hub, "erin", ONE_G)
+    code, s = nb(hub, "POST", "/user/erin/api/kernels", {"name": "python3"})
+    assert code == 201, code
+    kid = s["id"]
+    assert execute(hub.url, "erin", kid, hub.token, "answer = 42\nprint('ok')").strip() == "ok"
+    api.delete("Pod", "gpu-holder-erin", namespace)
+    folder = home_of(cluster.paths.root, namespace, "erin") / ".gpusessions" / "parked" / "_default"
+
+    def parked() -> dict[str, Any] | None:
+        try:
+            rec = json.loads((folder / "session.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return rec if rec["kernels"][0]["status"] == "parked" else None
+
+    [k] = waits.wait_for(parked, 90, "the deleted holder to park its kernel")["kernels"]
+    assert k["id"] == kid and "answer" in k["report"]["saved"]

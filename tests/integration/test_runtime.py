@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,60 @@ def test_benchmark_images_are_served_without_a_process_and_stop_with_the_pod(
     waits.gone(api, "Pod", "nb", namespace)
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(f"http://{nb['status']['podIP']}:8888/", timeout=2)
+
+
+def test_a_deleted_pod_gets_sigterm_and_its_grace_period(api: KubeAPI, namespace: str) -> None:
+    """What a holder's park relies on: SIGTERM to the container, then up to
+    terminationGracePeriodSeconds before the kill (the park supervisor takes 2 s here)."""
+    from localcluster.paths import ClusterPaths
+
+    pod = exec_pod(
+        "p",
+        command=[
+            "sh",
+            "-c",
+            "trap 'sleep 2; echo parked; exit 0' TERM; echo up; while :; do sleep 0.1; done",
+        ],
+    )
+    pod["spec"]["terminationGracePeriodSeconds"] = 30
+    api.create(pod, namespace)
+    waits.pod_ready(api, namespace, "p")
+    logf = ClusterPaths.default().pod_logs / f"{namespace}_p_main.log"
+    waits.wait_for(lambda: "up" in logf.read_text(), 10, "the process to start")
+    api.delete("Pod", "p", namespace)
+    going = api.get("Pod", "p", namespace)
+    assert going["metadata"]["deletionGracePeriodSeconds"] == 30
+    waits.gone(api, "Pod", "p", namespace, timeout=30)
+    assert "parked" in logf.read_text(), "the process had its grace period to finish"
+    assert any("grace period 30s" in e for e in waits.events_for(api, namespace, "Pod", "p"))
+
+
+def test_downward_api_files_follow_the_pods_annotations(api: KubeAPI, namespace: str) -> None:
+    """A kubelet rewrites a downwardAPI file when the annotation changes (the holder's session)."""
+    from localcluster.paths import ClusterPaths
+
+    pod = exec_pod("p", command=["sh", "-c", "echo F=$F; exec sleep 3600"])
+    pod["metadata"]["annotations"] = {"example.com/info": "one"}
+    pod["spec"]["volumes"] = [
+        {
+            "name": "info",
+            "downwardAPI": {
+                "items": [
+                    {"path": "info", "fieldRef": {"fieldPath": "metadata.annotations['example.com/info']"}}
+                ]
+            },
+        }
+    ]
+    c = pod["spec"]["containers"][0]
+    c["volumeMounts"] = [{"name": "info", "mountPath": "/etc/info", "readOnly": True}]
+    c["env"] = [{"name": "F", "value": "/etc/info/info"}]
+    api.create(pod, namespace)
+    waits.pod_ready(api, namespace, "p")
+    logf = ClusterPaths.default().pod_logs / f"{namespace}_p_main.log"
+    line = waits.wait_for(
+        lambda: next((x for x in logf.read_text().splitlines() if x.startswith("F=")), None), 10, "F"
+    )
+    path = Path(line.removeprefix("F="))
+    assert path.read_text() == "one"
+    api.patch("Pod", "p", {"metadata": {"annotations": {"example.com/info": "two"}}}, namespace)
+    waits.wait_for(lambda: path.read_text() == "two", 10, "the file to follow the annotation")

@@ -129,6 +129,14 @@ class FakeAPI:
         self.pods[body["metadata"]["name"]] = body
         return body
 
+    async def annotate_pod(self, namespace: str, name: str, values: dict[str, Any]) -> bool:
+        self.calls.append("annotate pod")
+        if name not in self.pods:
+            return False
+        md = self.pods[name]["metadata"]
+        md["annotations"] = {**(md.get("annotations") or {}), **values}
+        return True
+
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
         self.calls.append("delete pod")
         return self.pods.pop(name, None) is not None
@@ -524,3 +532,49 @@ def test_the_start_is_done_once_the_notebook_server_listens_and_says_so_when_it_
     assert message.startswith(
         "Your notebook server's pod started, but the server in it did not answer within 0.3 s"
     )
+
+
+# -- parking: holders go with their grace period, and a terminating one is waited for --------
+class GraceAPI(FakeAPI):
+    """Records each pod delete's grace; a terminating holder is gone after `stops` reads."""
+
+    def __init__(self, stops: int = 0) -> None:
+        super().__init__()
+        self.graces: list[int | None] = []
+        self.stops = stops
+
+    async def get_pod(self, namespace: str, name: str) -> Obj | None:
+        pod = self.pods.get(name)
+        if pod is not None and pod["metadata"].get("deletionTimestamp"):
+            self.stops -= 1
+            if self.stops < 0:
+                self.pods.pop(name)
+        return await super().get_pod(namespace, name)
+
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
+        self.graces.append(grace_seconds)
+        return await super().delete_pod(namespace, name, grace_seconds)
+
+
+def test_a_terminating_holder_is_waited_for_never_forced_and_the_new_one_gets_its_session() -> None:
+    api, said = GraceAPI(stops=2), []
+    parking = K.KernelSettings(image="nb:1", secret=K.secret_name(NAMES.holder), park=True, park_timeout=30)
+    session = cold_session(api, said, kernels=parking)
+    claim = {
+        "metadata": {"name": NAMES.claim, "namespace": "ns", "uid": "c-1"},
+        "spec": REQUEST.spec(),
+        "status": allocation_status("pool", "gpu-0", "gpu-node-0"),
+    }
+    api.claims[NAMES.claim] = claim
+    going = holder_pod()
+    going["metadata"]["deletionTimestamp"] = "2026-12-02T00:00:00Z"
+    api.pods[NAMES.holder] = going
+    assert asyncio.run(session.heal_holder()) == "recreated"
+    assert api.graces == [], "a holder parking its kernels is not deleted again"
+    made = api.pods[NAMES.holder]
+    assert "deletionTimestamp" not in made["metadata"]
+    assert '"claim": "gpu-ann"' in made["metadata"]["annotations"]["gpusessions.io/session"]
+    assert made["spec"]["terminationGracePeriodSeconds"] == 30 + K.PARK_MARGIN
+    assert session.release_wait() == 60 + 30 + K.PARK_MARGIN
+    asyncio.run(session.release())
+    assert api.graces == [None], "the release deletes the holder with its own grace period"

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpusessions.core import labels as L
-from gpusessions.core.kernels import TOKEN_KEY, KernelSettings, gateway_container, new_token, token_env
+from gpusessions.core.kernels import (
+    TOKEN_KEY,
+    KernelSettings,
+    gateway_container,
+    grace_seconds,
+    new_token,
+    session_volume,
+    token_env,
+)
 from gpusessions.core.placement import placement
 
 Obj = dict[str, Any]
@@ -164,10 +172,14 @@ def build_holder_pod(
     servername: str,
     extra_labels: dict[str, str] | None = None,
     kernels: KernelSettings | None = None,
+    session: str | None = None,
 ) -> Obj:
     """The pod that keeps the claim allocated while the notebook pod comes and goes.
 
-    With `kernels`, it also runs the kernel gateway that hosts the user's kernels."""
+    With `kernels`, it also runs the kernel gateway that hosts the user's kernels; `session`
+    (the session annotation's JSON, `notebook_pod.session_info`) when the claim's allocation
+    is known already (else `GPUSession` annotates the holder once it is). With parking on,
+    its grace period is the park budget (`kernels.grace_seconds`)."""
     container: Obj = {
         "name": "holder",
         "image": settings.image,
@@ -212,7 +224,10 @@ def build_holder_pod(
         "containers": [container],
     }
     if kernels is not None:
-        spec["containers"].append(gateway_container(kernels, REQUEST_NAME))
+        spec["containers"].append(gateway_container(kernels, REQUEST_NAME, claim_name, servername))
+        grace = grace_seconds(kernels)
+        if grace is not None:
+            spec["terminationGracePeriodSeconds"] = grace
         if kernels.init_containers:
             # The notebook pod's (z2jh's block-cloud-metadata: an iptables rule, as root, in the
             # pod's network namespace, before the kernels start). Each container of ours says
@@ -226,7 +241,12 @@ def build_holder_pod(
             {"name": "GPUSESSIONS_KERNELS_URL", "value": f"http://$(POD_IP):{kernels.port}"},
             token_env("GPUSESSIONS_KERNELS_TOKEN", kernels.secret),
         ]
-    spec.update(placement(settings, volumes=kernels.volumes if kernels is not None else ()))
+    spec.update(
+        placement(settings, volumes=(*kernels.volumes, session_volume()) if kernels is not None else ())
+    )
+    annotations = {**L.owner_annotations(username, servername), L.CLAIM_ANNOTATION: claim_name}
+    if session is not None:
+        annotations[L.SESSION_ANNOTATION] = session
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -238,7 +258,7 @@ def build_holder_pod(
                 L.CLAIM_LABEL: L.label_value(claim_name),
                 **(extra_labels or {}),
             },
-            "annotations": {**L.owner_annotations(username, servername), L.CLAIM_ANNOTATION: claim_name},
+            "annotations": annotations,
         },
         "spec": spec,
     }

@@ -56,6 +56,44 @@ class KernelSettings:
     # The notebook pod's init containers that user code needs too (z2jh's block-cloud-metadata):
     # the holder pod gets them when it hosts kernels.
     init_containers: tuple[Obj, ...] = ()
+    # The session's variables the kernels see as the notebook does (GPUSESSIONS_PROFILE, _GPU;
+    # the claim, node and session file are added by `gateway_container`).
+    session_env: tuple[tuple[str, str], ...] = ()
+    # Parking: at the holder's termination the supervisor (`gpusessions.notebook.parkhost`) saves
+    # each kernel's namespace to the user's home before the gateway stops; the pod's
+    # terminationGracePeriodSeconds is `park_timeout` plus `PARK_MARGIN`.
+    park: bool = False
+    park_timeout: int = 120
+    park_max_bytes: int = 16 << 30
+
+
+# Seconds the holder's grace period adds to the park budget: the gateway's own stop, the record.
+PARK_MARGIN = 15
+SESSION_VOLUME = "gpusessions"  # the downwardAPI volume of /etc/gpusessions/session.json
+SESSION_FILE_DIR = "/etc/gpusessions"
+SESSION_FILE = f"{SESSION_FILE_DIR}/session.json"
+
+
+def grace_seconds(k: KernelSettings | None) -> int | None:
+    """The holder's terminationGracePeriodSeconds: the park budget and its margin (None: the
+    holder's own default, no park)."""
+    return k.park_timeout + PARK_MARGIN if k is not None and k.park else None
+
+
+def session_volume() -> Obj:
+    """/etc/gpusessions/session.json from the pod's session annotation (the notebook pod's is
+    set at its creation; the holder's when its claim is allocated, `GPUSession`)."""
+    return {
+        "name": SESSION_VOLUME,
+        "downwardAPI": {
+            "items": [
+                {
+                    "path": "session.json",
+                    "fieldRef": {"fieldPath": f"metadata.annotations['{L.SESSION_ANNOTATION}']"},
+                }
+            ]
+        },
+    }
 
 
 def secret_name(holder: str) -> str:
@@ -117,12 +155,27 @@ KERNEL_ENV = (
     "USER",
     "PYTHONPATH",
     "CONDA_DIR",
+    # The session, as the notebook server sees it (README, "Inside the notebook").
+    "GPUSESSIONS_CLAIM",
+    "GPUSESSIONS_PROFILE",
+    "GPUSESSIONS_GPU",
+    "GPUSESSIONS_NODE",
+    "GPUSESSIONS_SESSION_FILE",
 )
 
 
-def gateway_container(k: KernelSettings, request_name: str) -> Obj:
-    """The kernel gateway container of the holder pod; it shares the holder's claim."""
+def gateway_container(k: KernelSettings, request_name: str, claim: str = "", servername: str = "") -> Obj:
+    """The kernel gateway container of the holder pod; it shares the holder's claim.
+
+    Its kernels get the session's variables and session file as the notebook server does.
+    With `park`, the container's process is the park supervisor, which runs the gateway."""
     inherit = [*KERNEL_ENV, *(n for n, _ in k.env if n not in KERNEL_ENV)]
+    session: list[Obj] = [
+        {"name": "GPUSESSIONS_CLAIM", "value": claim},
+        *({"name": n, "value": v} for n, v in k.session_env),
+        {"name": "GPUSESSIONS_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "GPUSESSIONS_SESSION_FILE", "value": SESSION_FILE},
+    ]
     env: list[Obj] = [
         {"name": "KG_IP", "value": "0.0.0.0"},
         {"name": "KG_PORT", "value": str(k.port)},
@@ -130,8 +183,17 @@ def gateway_container(k: KernelSettings, request_name: str) -> Obj:
         {"name": "KG_LIST_KERNELS", "value": "True"},
         {"name": "KG_ENV_PROCESS_WHITELIST", "value": ",".join(inherit)},
         token_env("KG_AUTH_TOKEN", k.secret),
+        *session,
         *({"name": n, "value": v} for n, v in k.env),
     ]
+    command = list(k.command)
+    if k.park:
+        env += [
+            {"name": "JUPYTERHUB_SERVER_NAME", "value": servername},
+            {"name": "GPUSESSIONS_PARK_TIMEOUT", "value": str(k.park_timeout)},
+            {"name": "GPUSESSIONS_PARK_MAX_BYTES", "value": str(k.park_max_bytes)},
+        ]
+        command = ["python", "-m", "gpusessions.notebook.parkhost", "--", *command]
     security: Obj = {
         "allowPrivilegeEscalation": False,
         "runAsNonRoot": True,
@@ -144,7 +206,7 @@ def gateway_container(k: KernelSettings, request_name: str) -> Obj:
     c: Obj = {
         "name": KERNELS_CONTAINER,
         "image": k.image,
-        "command": list(k.command),
+        "command": command,
         "env": env,
         "ports": [{"name": "kernels", "containerPort": k.port, "protocol": "TCP"}],
         "resources": {**k.resources, "claims": [{"name": request_name}]},
@@ -153,8 +215,10 @@ def gateway_container(k: KernelSettings, request_name: str) -> Obj:
     }
     if k.working_dir:
         c["workingDir"] = k.working_dir
-    if k.volume_mounts:
-        c["volumeMounts"] = [dict(m) for m in k.volume_mounts]
+    c["volumeMounts"] = [
+        *(dict(m) for m in k.volume_mounts),
+        {"name": SESSION_VOLUME, "mountPath": SESSION_FILE_DIR, "readOnly": True},
+    ]
     if k.image_pull_policy:
         c["imagePullPolicy"] = k.image_pull_policy
     return c

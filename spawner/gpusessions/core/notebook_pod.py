@@ -36,8 +36,8 @@ from gpusessions.core.labels import SESSION_ANNOTATION
 from gpusessions.core.queues import Scheduling
 
 Obj = dict[str, Any]
-SESSION_FILE_DIR = "/etc/gpusessions"
-SESSION_FILE = f"{SESSION_FILE_DIR}/session.json"
+SESSION_FILE_DIR = K.SESSION_FILE_DIR  # the holder's kernels get the same file
+SESSION_FILE = K.SESSION_FILE
 
 
 def session_info(

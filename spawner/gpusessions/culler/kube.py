@@ -103,12 +103,14 @@ class ClusterSide:
             return False
 
     async def release(self, namespace: str, claim: str, holder: str | None) -> None:
+        # The holder's own grace period: with kept kernels, its kernels park in it (the claim
+        # stays until the holder is gone, by its delete-protection finalizer).
         if holder:
-            await self.api.delete_pod(namespace, holder, grace_seconds=0)
+            await self.api.delete_pod(namespace, holder)
         await self.api.delete_claim(namespace, claim)
 
     async def delete_holder(self, namespace: str, name: str) -> None:
-        await self.api.delete_pod(namespace, name, grace_seconds=0)
+        await self.api.delete_pod(namespace, name)
 
     async def annotate(self, namespace: str, claim: str, values: dict[str, str | None]) -> None:
         await self.api.annotate_claim(namespace, claim, values)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 from gpusessions.core import claims as C
 from gpusessions.core import kernels as K
 from gpusessions.core import labels as L
+from gpusessions.core import notebook_pod as NP
 from gpusessions.core import progress as P
 from gpusessions.core.progress import Refused as Refused
 from gpusessions.hub import agenttoken, steps
@@ -152,7 +154,7 @@ class GPUSession:
                 await self.kernel_host.ensure_secret(claim, fresh=not kept)
                 if self.kernel_host.settings.network_policy:
                     await self.kernel_host.ensure_network_policy(claim, fresh=not kept)
-            holder = await self._ensure_holder(fresh=not kept)
+            holder = await self._ensure_holder(fresh=not kept, claim=claim)
             self._uids["holder"] = str(holder["metadata"].get("uid") or "")
         except Refused:
             if not kept:
@@ -182,6 +184,7 @@ class GPUSession:
             self.emit(P.allocated(self.what, claim))
             alloc = Allocation(claim, kept=False)
         if self.kernel_host is not None:
+            await self._annotate_holder(holder, claim)
             now = time.monotonic()
             self._kernel_deadline = now + max(deadline - now, 30.0)
             alloc.gateway_url = await self.kernel_host.address(self._kernel_deadline - now)
@@ -193,6 +196,34 @@ class GPUSession:
         at least 30 s): `Refused` if it does not start."""
         assert self.kernel_host is not None
         return await self.kernel_host.ready(max(self._kernel_deadline - time.monotonic(), 0.0))
+
+    def _session_json(self, claim: Obj) -> str:
+        """The session annotation (what /etc/gpusessions/session.json says) of an allocated claim."""
+        n = self.n
+        info = NP.session_info(
+            n.claim,
+            n.namespace,
+            n.holder,
+            n.profile,
+            self.what,
+            C.allocated_node(claim),
+            C.allocated_devices(claim),
+        )
+        return json.dumps(info)
+
+    async def _annotate_holder(self, holder: Obj, claim: Obj) -> None:
+        """The holder's kernels read the session file as the notebook does: its annotation is set
+        once the claim is allocated (the holder is made before; the kubelet refreshes the
+        downwardAPI file). Best effort: the file says nothing until then."""
+        value = self._session_json(claim)
+        if (holder["metadata"].get("annotations") or {}).get(L.SESSION_ANNOTATION) == value:
+            return
+        if not await self.api.annotate_pod(self.n.namespace, self.n.holder, {L.SESSION_ANNOTATION: value}):
+            self.log.info("holder %s/%s gone before its session annotation", self.n.namespace, self.n.holder)
+
+    def release_wait(self) -> float:
+        """How long a release may take: a holder that parks its kernels takes its grace period."""
+        return 60.0 + float(K.grace_seconds(self.kernels) or 0)
 
     def _seen(self, kind: str) -> Obj | None:
         """The claim or holder of this start as the watch shows it (None: not, or not that one)."""
@@ -220,8 +251,9 @@ class GPUSession:
             # Pod labels of a running holder could be patched, but its scheduler and queue were
             # fixed when it was scheduled: a new holder takes the new queue.
             self.emit("Your team's queue changed: moving your GPU session to it ...")
-            await self.api.delete_pod(self.n.namespace, self.n.holder, grace_seconds=0)
-            await self._wait_pod_gone(60)
+            # Its own grace period: the kernels park, and the next start restores them.
+            await self.api.delete_pod(self.n.namespace, self.n.holder)
+            await self._wait_pod_gone(self.release_wait())
 
     async def _adopt_or_create(
         self,
@@ -261,7 +293,7 @@ class GPUSession:
             return None  # gone, or going (released by the culler or an admin): nothing to heal
         if self.kernel_host is not None:
             await self.kernel_host.ensure_secret(claim)
-        await self._ensure_holder(fresh=True)
+        await self._ensure_holder(fresh=True, claim=claim)
         return "recreated"
 
     async def _check_offered(self) -> None:
@@ -284,8 +316,8 @@ class GPUSession:
 
         async def adopt(existing: Obj) -> bool:
             if existing["metadata"].get("deletionTimestamp"):
-                self.emit("Your previous GPU is still being released ...")
-                await self._wait_claim_gone(60)
+                self.emit("Your previous GPU is still being released (its kernels are saved first) ...")
+                await self._wait_claim_gone(self.release_wait())
                 return False
             if C.claim_matches(existing, self.request):
                 taints = self.broken(existing) if self.broken is not None else []
@@ -328,16 +360,24 @@ class GPUSession:
             create_first=self.claim_seen is not None and self.claim_seen(n.namespace, n.claim) is False,
         )
 
-    async def _ensure_holder(self, fresh: bool = False) -> Obj:
+    async def _ensure_holder(self, fresh: bool = False, claim: Obj | None = None) -> Obj:
         """The holder pod of the claim; `fresh`: most likely none exists (a new claim, a lost
-        holder), so it is created first (a 409 reads and decides again)."""
+        holder), so it is created first (a 409 reads and decides again). `claim`: an allocated
+        claim, whose session annotation the new holder gets at once."""
         n = self.n
 
         async def adopt(pod: Obj) -> bool:
             ann = (pod["metadata"].get("annotations") or {}).get(L.CLAIM_ANNOTATION)
+            if pod["metadata"].get("deletionTimestamp"):
+                # Going (a release, a drain, KAI's reclaim): its kernels park in its grace
+                # period; a forced delete would lose them. Wait for it.
+                self.emit("Your previous GPU holder is stopping (its kernels are saved first) ...")
+                await self._wait_pod_gone(self.release_wait())
+                return False
             if C.holder_lost(pod) or ann != n.claim:
-                await self.api.delete_pod(n.namespace, n.holder, grace_seconds=0)
-                await self._wait_pod_gone(60)
+                ended = C.holder_lost(pod)  # Succeeded or Failed: nothing runs in it to park
+                await self.api.delete_pod(n.namespace, n.holder, grace_seconds=0 if ended else None)
+                await self._wait_pod_gone(self.release_wait())
                 return False
             return True
 
@@ -353,6 +393,7 @@ class GPUSession:
                 n.servername,
                 self.extra_labels,
                 self.kernels,
+                session=self._session_json(claim) if claim is not None and C.allocation(claim) else None,
             )
             self.log.info("Creating holder pod %s/%s", n.namespace, n.holder)
             return await self.api.create_pod(body)
@@ -414,14 +455,18 @@ class GPUSession:
 
     # -- release -----------------------------------------------------------------------
     async def release(self, wait: bool = False) -> bool:
-        """Delete holder and claim (404 is fine). True if anything was there."""
-        had_holder = await self.api.delete_pod(self.n.namespace, self.n.holder, grace_seconds=0)
+        """Delete holder and claim (404 is fine). True if anything was there.
+
+        The holder goes with its own grace period: with kept kernels and parking on, that is
+        the park budget (the kernels' namespaces are saved to the user's home in it); the
+        claim stays until its last pod is gone (its delete-protection finalizer)."""
+        had_holder = await self.api.delete_pod(self.n.namespace, self.n.holder)
         had_claim = await self.api.delete_claim(self.n.namespace, self.n.claim)
         # The gateway token goes with the session (404 when it never had one).
         await self.api.delete_secret(self.n.namespace, K.secret_name(self.n.holder))
         if wait:
-            await self._wait_pod_gone(60)
-            await self._wait_claim_gone(60)
+            await self._wait_pod_gone(self.release_wait())
+            await self._wait_claim_gone(self.release_wait())
         return had_holder or had_claim
 
     async def release_if_ours(self) -> bool:

@@ -35,7 +35,7 @@ from gpusessions.core.options import validate as validate_options
 from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.queues import QueuePolicy
 from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
-from gpusessions.hub import health, lifecycle, notices, usercode
+from gpusessions.hub import health, kernelsettings, lifecycle, notices
 from gpusessions.hub.admission import Admission
 from gpusessions.hub.picker import figures_for, render_form
 from gpusessions.hub.reconcile import Reconcile
@@ -155,28 +155,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         )
 
     def _kernel_settings(self) -> K.KernelSettings:
-        def dicts(items: Any) -> tuple[dict[str, Any], ...]:
-            return tuple(x for x in (self._expand_all(list(items or [])) or []) if isinstance(x, dict))
-
-        static_env = {k: v for k, v in (self.environment or {}).items() if isinstance(v, str)}
-        return K.KernelSettings(
-            image=self.kernel_image or self.image,
-            secret=K.secret_name(self._names().holder),
-            port=self.kernel_port,
-            command=tuple(self.kernel_gateway_command),
-            uid=self.uid if isinstance(self.uid, int) else 1000,
-            gid=self.gid if isinstance(self.gid, int) else 100,
-            working_dir=self.working_dir or None,
-            resources=dict(self.kernel_resources),
-            env=tuple((k, self._expand_user_properties(v)) for k, v in sorted(static_env.items())),
-            volumes=dicts(self.volumes),
-            volume_mounts=dicts(self.volume_mounts),
-            image_pull_policy=self.image_pull_policy or None,
-            network_policy=self.kernel_network_policy,
-            agent_port=C.AGENT_PORT,
-            agent_peers=tuple(dict(p) for p in self.agent_network_peers if isinstance(p, dict)),
-            init_containers=usercode.init_containers(self, self.init_containers),
-        )
+        return kernelsettings.of(self)
 
     # -- the scheduler's queue (core/queues.py: QueuePolicy) --------------------------------
     def _queues(self) -> QueuePolicy:

@@ -206,6 +206,32 @@ class GPUSessionSettings(HasTraits):
         notebook restarts. Only for GPU profiles; the notebook image needs
         `jupyter_kernel_gateway` and this package. Kernels end when the GPU is released.""",
     )
+    park_kernels = Bool(
+        True,
+        config=True,
+        help="""With `persist_kernels`: when the holder pod is deleted (the Release button, the
+        culler, KAI taking back a borrowed GPU, a node drain), save each kernel's variables to the
+        user's home (`~/.gpusessions/parked/<server>/`) before its gateway stops, and restore them
+        into new kernels of the same kind at the next start (docs/kernels.md, "Parking"). The
+        holder's grace period becomes `park_timeout` plus 15 s, and the hub and the culler delete
+        it with that grace period. Off: the kernels end with the holder, as before.""",
+    )
+    park_timeout = Integer(
+        120,
+        min=5,
+        max=3600,
+        config=True,
+        help="""Seconds the holder's kernels have to park when it is deleted (all kernels
+        together); the holder pod's terminationGracePeriodSeconds is this plus 15 s. A park
+        that does not finish in time is recorded as incomplete, with what was not saved.""",
+    )
+    park_max_bytes = Integer(
+        16 << 30,
+        min=0,
+        config=True,
+        help="""The most bytes one kernel's park writes (default 16 GiB); values past it are
+        named as not saved in the park's record.""",
+    )
     kernel_image = Unicode(
         "",
         config=True,

@@ -171,7 +171,20 @@ class SessionAPI:
         ns = body["metadata"]["namespace"]
         return self._dict(await self._call(self.core.create_namespaced_pod, ns, body))
 
+    async def annotate_pod(self, namespace: str, name: str, values: dict[str, str | None]) -> bool:
+        """Merge-patch the pod's annotations (the holder's session file); False if it is gone."""
+        r = await self._call(
+            self.core.patch_namespaced_pod,
+            name,
+            namespace,
+            {"metadata": {"annotations": values}},
+            _content_type="application/merge-patch+json",
+        )
+        return r is not None
+
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
+        """Delete; `grace_seconds` None: the pod's own terminationGracePeriodSeconds (a holder
+        parks its kernels in it). False if it was already gone."""
         kwargs: dict[str, Any] = {}
         if grace_seconds is not None:
             kwargs["grace_period_seconds"] = grace_seconds

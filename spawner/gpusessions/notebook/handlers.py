@@ -51,6 +51,22 @@ class WarningsHandler(BoundedAPIHandler):
         }
 
 
+class RestoreHandler(BoundedAPIHandler):
+    """The parked session's restore: none, pending, restoring, restored or failed, in words
+    ("Restored your session from 14:02 UTC: 3 variables, 1 not kept (f: open file)")."""
+
+    _track_activity = False
+
+    @web.authenticated
+    async def get(self) -> None:
+        km = self.settings.get("kernel_manager")
+        if not isinstance(km, PersistentGatewayKernelManager):
+            self.finish(json.dumps({"state": "none", "kernels_in_holder": False}))
+            return
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(km.restore.status()))
+
+
 class KeepHandler(BoundedAPIHandler):
     @web.authenticated
     async def post(self) -> None:
@@ -69,6 +85,7 @@ def setup_handlers(web_app: Any) -> None:
         [
             (url_path_join(base, "gpusessions", "warnings"), WarningsHandler),
             (url_path_join(base, "gpusessions", "keep"), KeepHandler),
+            (url_path_join(base, "gpusessions", "restore"), RestoreHandler),
             *gpustatus.handlers(base),
         ],
     )

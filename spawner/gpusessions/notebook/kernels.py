@@ -13,7 +13,9 @@ jupyter_server's gateway client (a) shuts every kernel down when the server stop
   GPU was released) are recorded as lost, for the notice in JupyterLab;
 - the gateway may still be starting when this server starts (the spawner makes the notebook
   pod while the holder's gateway starts): the first request to it waits until it accepts
-  connections, at most `GPUSESSIONS_GATEWAY_WAIT` seconds (`GatewayWait`).
+  connections, at most `GPUSESSIONS_GATEWAY_WAIT` seconds (`GatewayWait`);
+- a session parked when its holder went (`parkhost`) is restored into new kernels during the
+  adoption, before the first request is answered (`restore.Restore`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.gateway.gateway_client import gateway_request
 from jupyter_server.gateway.managers import (
     GatewayKernelSpecManager,
@@ -36,6 +37,9 @@ from jupyter_server.gateway.managers import (
 )
 from tornado import web
 from tornado.escape import json_decode
+
+from gpusessions.notebook.parkrecord import state_dir as _state_dir
+from gpusessions.notebook.restore import Restore
 
 ENABLE_ENV = "GPUSESSIONS_PERSIST_KERNELS"
 WAIT_ENV = "GPUSESSIONS_GATEWAY_WAIT"
@@ -51,9 +55,7 @@ def enabled(env: dict[str, str] | None = None) -> bool:
 
 def state_dir(env: dict[str, str] | None = None) -> Path:
     """Per server, in the home directory (a volume that outlives the notebook pod)."""
-    env = dict(os.environ) if env is None else env
-    server = env.get("JUPYTERHUB_SERVER_NAME", "")
-    return Path(jupyter_data_dir()) / "gpusessions" / (server or "_default")
+    return _state_dir(env)
 
 
 class GatewayWait:
@@ -162,6 +164,7 @@ class PersistentGatewayKernelManager(GatewayMappingKernelManager):
         self.lost: list[dict[str, Any]] = []
         self._known_file = state_dir() / "kernels.json"
         self._known: dict[str, dict[str, Any]] = self._load_known()
+        self.restore = Restore(log=self.log)
 
     # -- what this server knew ------------------------------------------------------
     def _load_known(self) -> dict[str, dict[str, Any]]:
@@ -210,7 +213,14 @@ class PersistentGatewayKernelManager(GatewayMappingKernelManager):
                 return  # try again on the next request
             for m in models:
                 await self._adopt_one(m)
-            self._forget_lost({m["id"] for m in models})
+            present = {m["id"] for m in models}
+            try:
+                await self.restore.run(present, self._start_restored, self._end_restored)
+            except Exception as e:  # a restore never keeps the server from its kernels
+                self.log.error("gpusessions: the restore of the parked session failed: %s", e)
+            for old in self.restore.remapped:  # parked and restored: not lost
+                self._known.pop(old, None)
+            self._forget_lost(present | set(self.restore.remapped.values()))
             self._adopted = True
             if models:
                 self.log.info("gpusessions: re-attached %d kernel(s) kept beside the GPU", len(models))
@@ -223,6 +233,18 @@ class PersistentGatewayKernelManager(GatewayMappingKernelManager):
         await km.start_kernel(kernel_id=kid)
         self._kernels[kid] = km
         self._known.setdefault(kid, {"name": model.get("name", ""), "since": time.time()})
+        self._save_known()
+
+    async def _start_restored(self, kernel_name: str) -> str:
+        """A new kernel for a parked one (the gateway's own start, without the adoption)."""
+        kid = str(await super().start_kernel(kernel_name=kernel_name))
+        self._known[kid] = {"name": kernel_name, "since": time.time(), "restored": True}
+        self._save_known()
+        return kid
+
+    async def _end_restored(self, kernel_id: str) -> None:
+        await super().shutdown_kernel(kernel_id, now=True)
+        self._known.pop(kernel_id, None)
         self._save_known()
 
     # -- the MappingKernelManager API ------------------------------------------------
@@ -255,6 +277,19 @@ class PersistentGatewayKernelManager(GatewayMappingKernelManager):
 
 
 class PersistentGatewaySessionManager(GatewaySessionManager):
+    async def row_to_model(self, row: Any, tolerate_culled: bool = False) -> Any:
+        """A session row read before a restore moved it to its new kernel is read again (the
+        kernels are adopted, and a park restored, before any row is judged)."""
+        km = self.kernel_manager
+        if isinstance(km, PersistentGatewayKernelManager):
+            await km.adopt()
+            if row["kernel_id"] in km.restore.remapped:
+                again = self.cursor.execute(
+                    "SELECT * FROM session WHERE session_id=?", (row["session_id"],)
+                ).fetchone()
+                row = again if again is not None else row
+        return await super().row_to_model(row, tolerate_culled=tolerate_culled)
+
     async def kernel_culled(self, kernel_id: str) -> bool:
         km = self.kernel_manager
         if isinstance(km, PersistentGatewayKernelManager):

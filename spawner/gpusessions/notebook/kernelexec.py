@@ -1,0 +1,98 @@
+"""Run code in one kernel of a kernel gateway and wait for the report it publishes.
+
+The park supervisor (`parkhost`, in the holder) and the restore (`restore`, in the notebook
+server) both send one `execute_request` over the gateway's websocket channels
+(`/api/kernels/<id>/channels`, the session token in the header) and read back the one
+`display_data` whose data holds the park package's MIME type (its report). Nothing else of the
+kernel's output is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
+
+Obj = dict[str, Any]
+
+
+class KernelRunError(Exception):
+    """The code did not publish its report (an error in the kernel, the deadline, a closed socket)."""
+
+
+def _request(code: str) -> Obj:
+    return {
+        "header": {
+            "msg_id": uuid.uuid4().hex,
+            "msg_type": "execute_request",
+            "username": "gpusessions",
+            "session": uuid.uuid4().hex,
+            "version": "5.3",
+        },
+        "parent_header": {},
+        "metadata": {},
+        "channel": "shell",
+        "content": {
+            "code": code,
+            "silent": False,
+            "store_history": False,
+            "user_expressions": {},
+            "allow_stdin": False,
+        },
+    }
+
+
+async def run_for_report(
+    base_url: str, token: str, kernel_id: str, code: str, mime: str, timeout: float
+) -> Obj:
+    """Execute `code` in the kernel; return the `mime` entry of its display_data (the report).
+
+    Raises `KernelRunError` when the kernel answers with an error and no report, when the
+    socket closes, or after `timeout` seconds."""
+    deadline = time.monotonic() + max(timeout, 0.1)
+    ws = base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1).rstrip("/")
+    url = f"{ws}/api/kernels/{quote(kernel_id, safe='')}/channels"
+    req = HTTPRequest(url, headers={"Authorization": f"token {token}"}, request_timeout=max(timeout, 0.1))
+    try:
+        conn = await asyncio.wait_for(websocket_connect(req), max(deadline - time.monotonic(), 0.1))
+    except (OSError, TimeoutError) as e:
+        raise KernelRunError(f"could not reach the kernel: {e}") from None
+    msg = _request(code)
+    msg_id = msg["header"]["msg_id"]
+    report: Obj | None = None
+    error: str | None = None
+    try:
+        await conn.write_message(json.dumps(msg))
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)")
+            try:
+                raw = await asyncio.wait_for(conn.read_message(), left)
+            except TimeoutError:
+                raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)") from None
+            if raw is None:
+                raise KernelRunError("the kernel's channels closed")
+            m = json.loads(raw)
+            if (m.get("parent_header") or {}).get("msg_id") != msg_id:
+                continue
+            kind = (m.get("header") or {}).get("msg_type")
+            content = m.get("content") or {}
+            if kind in ("display_data", "execute_result") and mime in (content.get("data") or {}):
+                data = content["data"][mime]
+                report = json.loads(data) if isinstance(data, str) else data
+            elif kind == "error":
+                error = f"{content.get('ename')}: {content.get('evalue')}"
+            elif kind == "status" and content.get("execution_state") == "idle":
+                break
+    finally:
+        conn.close()
+    if report is None:
+        raise KernelRunError(error or "the kernel published no report")
+    return dict(report)

@@ -1,0 +1,160 @@
+"""Where a parked session lives in the user's home, and its record.
+
+    ~/.gpusessions/parked/<server>/session.json      the record (0600; folders 0700)
+    ~/.gpusessions/parked/<server>/<kernel id>/      one kernel's saved namespace
+    ~/.gpusessions/parked/<server>.restored-<time>/  a park restored in full (the last one kept)
+    ~/.gpusessions/parked/<server>.unrestored-<time>/ a park set aside by a newer park, unrestored
+
+The holder's park supervisor (`parkhost`) writes it; the notebook server (`restore`) reads it,
+restores the kernels and notes the outcome in it. `<server>` is the JupyterHub server name
+(`_default` for the default server). The home is the notebook's: the holder mounts the same
+volumes as the notebook pod (`KernelSettings.volumes`), so both see one folder.
+
+The code that runs inside the kernels (`park_source`, `restore_source`, `MIME`) comes from
+`gpusessions.park.kernelcode`, or the module `GPUSESSIONS_PARK_CODE` names, imported only when a
+park or restore runs (it may import numpy and friends: never at a notebook server's start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib
+import json
+import os
+import re
+import sqlite3
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from jupyter_core.paths import jupyter_data_dir
+
+Obj = dict[str, Any]
+PARK_CODE_ENV = "GPUSESSIONS_PARK_CODE"
+PARK_CODE = "gpusessions.park.kernelcode"
+RECORD = "session.json"
+VERSION = 1
+KERNEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def park_code(env: dict[str, str] | None = None) -> ModuleType:
+    """The in-kernel code's module (`park_source`, `restore_source`, `MIME`)."""
+    env = dict(os.environ) if env is None else env
+    return importlib.import_module(env.get(PARK_CODE_ENV) or PARK_CODE)
+
+
+def server_key(env: dict[str, str] | None = None) -> str:
+    env = dict(os.environ) if env is None else env
+    return env.get("JUPYTERHUB_SERVER_NAME", "") or "_default"
+
+
+def state_dir(env: dict[str, str] | None = None) -> Path:
+    """The notebook server's kept-kernels state (sessions.db, kernels.json), per server, in the
+    home directory (a volume that outlives the notebook pod)."""
+    return Path(jupyter_data_dir()) / "gpusessions" / server_key(env)
+
+
+def parked_root(home: str | None = None) -> Path:
+    return Path(home or os.path.expanduser("~")) / ".gpusessions" / "parked"
+
+
+def park_dir(server: str, home: str | None = None) -> Path:
+    return parked_root(home) / server
+
+
+def stamp(at: float | None = None) -> str:
+    return datetime.datetime.fromtimestamp(at or time.time(), datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def write_record(folder: Path, record: Obj) -> None:
+    """The record, written whole (a temporary file renamed), readable by the user only."""
+    private_dir(folder)
+    tmp = folder / f".{RECORD}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+    tmp.replace(folder / RECORD)
+
+
+def read_record(folder: Path) -> Obj | None:
+    try:
+        data = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def make_private(folder: Path) -> None:
+    """Folders 0700, files 0600 under `folder` (what a kernel wrote there)."""
+    for root, dirs, files in os.walk(folder):
+        with contextlib.suppress(OSError):
+            os.chmod(root, 0o700)
+        for f in files:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(root, f), 0o600)
+        for d in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(root, d), 0o700)
+
+
+def unrestored(record: Obj | None) -> list[Obj]:
+    """The record's kernels that parked and were not restored yet."""
+    if not record:
+        return []
+    return [
+        k
+        for k in record.get("kernels") or []
+        if isinstance(k, dict)
+        and k.get("status") in ("parked", "incomplete")
+        and not (k.get("restore") or {}).get("ok")
+        and KERNEL_ID.match(str(k.get("id", "")))
+    ]
+
+
+def set_aside(folder: Path) -> Path | None:
+    """A park folder already there (a newer park comes): renamed, never deleted."""
+    if not folder.exists():
+        return None
+    aside = folder.with_name(f"{folder.name}.unrestored-{stamp()}")
+    folder.rename(aside)
+    return aside
+
+
+def paths_by_kernel(db: Path) -> dict[str, list[str]]:
+    """kernel id -> the notebook paths using it, from the notebook server's sessions file."""
+    if not db.exists():
+        return {}
+    out: dict[str, list[str]] = {}
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            for path, kid in con.execute("SELECT path, kernel_id FROM session"):
+                out.setdefault(str(kid), []).append(str(path))
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return {}
+    return out
+
+
+def remap(db: Path, old: str, new: str) -> int:
+    """Point the sessions of kernel `old` at kernel `new` (JupyterLab re-attaches the open
+    notebooks to the restored kernel); the number of sessions moved."""
+    if not db.exists():
+        return 0
+    con = sqlite3.connect(str(db), timeout=5)
+    try:
+        with con:
+            return con.execute("UPDATE session SET kernel_id=? WHERE kernel_id=?", (new, old)).rowcount
+    except sqlite3.Error:
+        return 0
+    finally:
+        con.close()

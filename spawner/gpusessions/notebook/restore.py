@@ -1,0 +1,220 @@
+"""A parked session restored into new kernels at the notebook server's first kernel request.
+
+When the holder was deleted (Release, the culler, KAI's reclaim, a drain) its park supervisor
+(`parkhost`) saved each kernel's namespace in the user's home and wrote a record
+(`parkrecord`). At the next start the gateway is a new one, without those kernels. Before the
+notebook server answers its first kernel or session request (`PersistentGatewayKernelManager.
+adopt`), `restore` starts one kernel of the same kernelspec per parked kernel, runs the park
+package's `restore_source` in it before anything else, and points the notebook paths that used
+the old kernel at the new one in the sessions file, so JupyterLab re-attaches open notebooks
+to their restored kernels.
+
+The outcome goes into the record (per kernel: ok, the new id, seconds, the report). A park
+restored in full is moved to `<server>.restored-<time>` (the last one kept, older ones
+deleted); a kernel that did not restore leaves the park where it is, and says so (its new
+kernel is shut down: the notebook gets a fresh one, the saved files stay). The status is
+`status()`, served at `<base>/gpusessions/restore` for the lab panel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gpusessions.notebook import parkrecord as R
+from gpusessions.notebook.kernelexec import KernelRunError, run_for_report
+
+Obj = dict[str, Any]
+TIMEOUT_ENV = "GPUSESSIONS_RESTORE_TIMEOUT"
+RESTORE_TIMEOUT = 300.0  # seconds all kernels together have to restore
+
+
+def _timeout(env: dict[str, str]) -> float:
+    try:
+        return float(env.get(TIMEOUT_ENV, RESTORE_TIMEOUT))
+    except ValueError:
+        return RESTORE_TIMEOUT
+
+
+def _not_kept(k: Obj) -> list[str]:
+    """What of a kernel was not kept: not saved at the park, or not restored, in words."""
+    out: list[str] = []
+    named: set[str] = set()
+    for e in (k.get("report") or {}).get("not_saved") or []:
+        if isinstance(e, dict):
+            why = e.get("reason") or e.get("type") or "not saved"
+            out.append(f"{e.get('name')}: {why}")
+            named.add(str(e.get("name")))
+    for e in ((k.get("restore") or {}).get("report") or {}).get("not_restored") or []:
+        if isinstance(e, dict) and str(e.get("name")) not in named:  # not saved: said once
+            out.append(f"{e.get('name')}: {e.get('reason') or 'not restored'}")
+    return out
+
+
+def summary(record: Obj | None, state: str) -> Obj:
+    """The restore status the lab panel shows, from a record."""
+    if not record:
+        return {"state": "none"}
+    kernels = []
+    variables = 0
+    lost: list[str] = []
+    for k in record.get("kernels") or []:
+        if not isinstance(k, dict):
+            continue
+        restore = k.get("restore") or {}
+        restored = list((restore.get("report") or {}).get("restored") or [])
+        variables += len(restored)
+        not_kept = _not_kept(k)
+        lost += not_kept
+        kernels.append(
+            {
+                "id": k.get("id"),
+                "name": k.get("name"),
+                "paths": k.get("paths") or [],
+                "parked": k.get("status"),
+                "restored": bool(restore.get("ok")),
+                "kernel": restore.get("kernel"),
+                "variables": restored,
+                "not_kept": not_kept,
+                "seconds": restore.get("seconds"),
+                "error": restore.get("error") or k.get("error"),
+            }
+        )
+    at = float(record.get("parked_at") or 0)
+    when = datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%H:%M UTC") if at else "?"
+    if state == "restored":
+        message = f"Restored your session from {when}: {variables} variable{'s' * (variables != 1)}"
+        if lost:
+            message += f", {len(lost)} not kept ({'; '.join(lost[:3])}{'; ...' if len(lost) > 3 else ''})"
+    elif state == "restoring":
+        message = f"Restoring your session from {when} ..."
+    elif state == "pending":
+        message = f"Your session from {when} is parked; it is restored at the first kernel request."
+    else:
+        failed = [k for k in kernels if not k["restored"]]
+        message = (
+            f"Your session from {when} could not be restored in full ({len(failed)} kernel(s)); "
+            f"its saved files are kept in ~/.gpusessions/parked/."
+        )
+    return {"state": state, "parked_at": at, "message": message, "kernels": kernels}
+
+
+class Restore:
+    """The restore of this server's park (once per notebook server process)."""
+
+    def __init__(self, env: dict[str, str] | None = None, log: logging.Logger | None = None):
+        self.env = dict(os.environ) if env is None else env
+        self.log = log or logging.getLogger("ServerApp")
+        self.folder = R.park_dir(R.server_key(self.env))
+        self.db = R.state_dir(self.env) / "sessions.db"
+        self.remapped: dict[str, str] = {}  # old kernel id -> restored kernel id
+        self.state: Obj = {"state": "none"}
+
+    def pending(self, present: set[str]) -> list[Obj]:
+        """Parked kernels to restore: none while the gateway still has any of them."""
+        todo = R.unrestored(R.read_record(self.folder))
+        return [] if any(k["id"] in present for k in todo) else todo
+
+    async def run(
+        self,
+        present: set[str],
+        start: Callable[[str], Awaitable[str]],
+        shutdown: Callable[[str], Awaitable[None]],
+    ) -> None:
+        """Restore what is pending: `start(kernelspec)` gives a new kernel's id, `shutdown(id)`
+        ends one whose restore failed."""
+        record = R.read_record(self.folder)
+        todo = self.pending(present)
+        if not todo or record is None:
+            return
+        self.state = summary(record, "restoring")
+        try:
+            code = R.park_code(self.env)
+        except Exception as e:
+            for k in todo:
+                k_rec = self._kernel(record, k["id"])
+                k_rec["restore"] = {"ok": False, "at": time.time(), "error": f"the park code: {e}"}
+            self._finish(record)
+            return
+        deadline = time.monotonic() + _timeout(self.env)
+        url = self.env.get("JUPYTER_GATEWAY_URL", "")
+        token = self.env.get("JUPYTER_GATEWAY_AUTH_TOKEN", "")
+
+        async def one(k: Obj) -> None:
+            k_rec = self._kernel(record, k["id"])
+            t0 = time.monotonic()
+            out: Obj = {"ok": False, "at": time.time()}
+            kid: str | None = None
+            try:
+                kid = await start(str(k.get("name") or "python3"))
+                out["kernel"] = kid
+                source = code.restore_source(str(self.folder / k["id"]))
+                report = await run_for_report(url, token, kid, source, code.MIME, deadline - time.monotonic())
+                out["report"] = report
+                out["ok"] = bool(report.get("ok"))
+            except (KernelRunError, Exception) as e:
+                out["error"] = f"{type(e).__name__}: {e}" if not isinstance(e, KernelRunError) else str(e)
+            out["seconds"] = round(time.monotonic() - t0, 3)
+            if out["ok"] and kid:
+                moved = R.remap(self.db, k["id"], kid)
+                out["sessions"] = moved
+                self.remapped[k["id"]] = kid
+            elif kid:
+                try:
+                    await shutdown(kid)
+                except Exception as e:
+                    self.log.warning("gpusessions: could not end the kernel of a failed restore: %s", e)
+            k_rec["restore"] = out
+
+        await asyncio.gather(*(one(k) for k in todo))
+        self._finish(record)
+
+    @staticmethod
+    def _kernel(record: Obj, kid: str) -> Obj:
+        return next(k for k in record["kernels"] if isinstance(k, dict) and k.get("id") == kid)
+
+    def _finish(self, record: Obj) -> None:
+        parked = [k for k in record.get("kernels") or [] if isinstance(k, dict)]
+        done = all((k.get("restore") or {}).get("ok") for k in parked if k.get("status") != "failed")
+        state = "restored" if done and any((k.get("restore") or {}).get("ok") for k in parked) else "failed"
+        record["restored_at"] = time.time() if state == "restored" else None
+        R.write_record(self.folder, record)
+        self.state = summary(record, state)
+        for k in self.state["kernels"]:
+            self.log.info(
+                "gpusessions: parked kernel %s (%s): %s in %ss%s",
+                k["id"],
+                k["name"],
+                "restored as " + str(k["kernel"]) if k["restored"] else "NOT restored",
+                k["seconds"],
+                f"; not kept: {', '.join(k['not_kept'])}" if k["not_kept"] else "",
+            )
+        if state == "restored":
+            self._keep_last(record)
+        self.log.info("gpusessions: %s", self.state["message"])
+
+    def _keep_last(self, record: Obj) -> None:
+        """The park restored in full: moved aside (the last one kept, older restored ones go)."""
+        target = self.folder.with_name(f"{self.folder.name}.restored-{R.stamp()}")
+        try:
+            for old in self.folder.parent.glob(f"{self.folder.name}.restored-*"):
+                shutil.rmtree(old, ignore_errors=True)
+            self.folder.rename(target)
+            self.state["folder"] = str(target)
+        except OSError as e:
+            self.log.warning("gpusessions: could not move the restored park %s: %s", self.folder, e)
+
+    def status(self) -> Obj:
+        """The in-memory state of this process's restore, else what the record says."""
+        if self.state.get("state") != "none":
+            return self.state
+        record = R.read_record(self.folder)
+        if R.unrestored(record):
+            return summary(record, "pending")
+        return {"state": "none"}
