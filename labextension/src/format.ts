@@ -176,6 +176,16 @@ export function panelWarning(w: IWarning): string {
   );
 }
 
+export const PARK_QUESTION =
+  'Park your session? Your kernels\' variables are saved to your home folder, this server ' +
+  'stops and the GPU goes back to the pool. Start again (on any free GPU of this size) and ' +
+  'they are loaded back into new kernels; open files, threads and running cells are not kept.';
+
+/** What the panel and the dialog call giving the GPU back: parking keeps the variables. */
+export function releaseLabel(parks: boolean | undefined): string {
+  return parks ? 'Park my session' : 'Release my GPU';
+}
+
 export const RELEASE_QUESTION =
   'Release your GPU? This server stops, its kernels end, and the GPU goes back ' +
   'to the pool: the next start may get another one.';

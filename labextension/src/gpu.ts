@@ -8,6 +8,7 @@ import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { hubInfo, IEventStream, openEventStream } from './api';
+import { releaseLabel } from './format';
 import { keep } from './keep';
 import { notify } from './notify';
 import { addPanel, GPUPanel, PANEL_ID } from './panel';
@@ -25,6 +26,7 @@ function hubHome(): string {
 function activate(app: JupyterFrontEnd, statusBar: IStatusBar | null): void {
   const settings: ServerConnection.ISettings = app.serviceManager.serverSettings;
   let last: IReading | null = null;
+  let restoreSaid = '';
   let message = '';
   let panel: GPUPanel | null = null;
   let item: GPUStatusItem | null = null;
@@ -50,10 +52,11 @@ function activate(app: JupyterFrontEnd, statusBar: IStatusBar | null): void {
   };
 
   const releaseGPU = async () => {
-    if (!(await confirmRelease())) {
+    const parks = !!last?.parks;
+    if (!(await confirmRelease(parks))) {
       return;
     }
-    message = 'Releasing your GPU ...';
+    message = parks ? 'Parking your session ...' : 'Releasing your GPU ...';
     render();
     const outcome = await release(settings);
     if (outcome.ok) {
@@ -70,11 +73,19 @@ function activate(app: JupyterFrontEnd, statusBar: IStatusBar | null): void {
   // The item and the panel appear with the first reading of a gpusessions GPU server.
   const show = (d: IReading) => {
     last = d;
+    const restore = d.restore;
+    if (restore && (restore.state === 'restored' || restore.state === 'failed') && restore.message) {
+      if (restore.message !== restoreSaid) {
+        // Once per outcome: what came back of the parked session, and what did not.
+        restoreSaid = restore.message;
+        notify(restore.state === 'failed' ? 'error' : 'info', restore.message, [], false);
+      }
+    }
     const health = d.state?.health;
     if (health && !health.ok && firstHealth(health.message)) {
       // A broken GPU is said at once (the stream's next reading), with Release at hand.
       notify('error', health.message, [
-        { label: 'Release my GPU', displayType: 'warn', callback: () => void releaseGPU() }
+        { label: releaseLabel(d.parks), displayType: 'warn', callback: () => void releaseGPU() }
       ]);
     }
     if (!panel) {

@@ -1,20 +1,21 @@
 /**
- * "Release my GPU": asks first, then POST <base>/gpusessions/gpu/release (relayed to the
+ * "Release my GPU" ("Park my session" where the kernels are parked): asks first, then POST <base>/gpusessions/gpu/release (relayed to the
  * hub, which stops this server and deletes the holder and the claim).
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { request } from './api';
-import { RELEASE_QUESTION } from './format';
+import { PARK_QUESTION, RELEASE_QUESTION, releaseLabel } from './format';
 import { IOutcome, releaseOutcome } from './outcomes';
 import { IReply } from './types';
 
-export async function confirmRelease(): Promise<boolean> {
+/** `parks`: the kernels are parked, not ended ("Park my session: free my GPU, keep my variables"). */
+export async function confirmRelease(parks = false): Promise<boolean> {
   const result = await showDialog({
-    title: 'Release my GPU',
-    body: RELEASE_QUESTION,
-    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Release' })]
+    title: releaseLabel(parks),
+    body: parks ? PARK_QUESTION : RELEASE_QUESTION,
+    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: parks ? 'Park' : 'Release' })]
   });
   return result.button.accept;
 }

@@ -9,6 +9,7 @@ import {
   keptUntilText,
   memory,
   panelWarning,
+  releaseLabel,
   utilization
 } from './format';
 import { IReading } from './types';
@@ -102,6 +103,17 @@ export function renderPanel(node: HTMLElement, d: IReading, actions: IPanelActio
   if (d.agent_error) {
     body.push(el('p', { class: 'gpusessions-gpu-error' }, [d.agent_error]));
   }
+  const restore = d.restore;
+  if (restore && restore.state !== 'none' && restore.message) {
+    const failed = restore.state === 'failed';
+    body.push(
+      el(
+        'p',
+        { 'data-gpu-field': 'restore', class: failed ? 'gpusessions-gpu-error' : '', role: 'status' },
+        [restore.message]
+      )
+    );
+  }
   if (st.error) {
     body.push(el('p', { class: 'gpusessions-gpu-error' }, ['The hub: ' + st.error]));
   }
@@ -115,9 +127,17 @@ export function renderPanel(node: HTMLElement, d: IReading, actions: IPanelActio
     el('p', { class: 'gpusessions-gpu-buttons' }, [
       button('Keep my GPU', 'jp-mod-accept', actions.keep),
       ' ',
-      button('Release my GPU', 'jp-mod-warn', actions.release)
+      button(releaseLabel(d.parks), 'jp-mod-warn', actions.release)
     ])
   );
+  if (d.parks) {
+    body.push(
+      el('p', { 'data-gpu-field': 'parks' }, [
+        'Park my session frees your GPU and keeps your variables: they come back in new kernels ' +
+          'when you start again. An idle-GPU release parks them too.'
+      ])
+    );
+  }
   if (actions.message) {
     body.push(el('p', { class: 'gpusessions-gpu-message', role: 'status' }, [actions.message]));
   }

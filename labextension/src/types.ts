@@ -74,6 +74,17 @@ export interface IReading {
   kernels?: IKernel[] | null;
   kernels_error?: string | null;
   agent_error?: string | null;
+  /** The holder parks the kernels when the GPU goes (their variables come back at the next start). */
+  parks?: boolean;
+  /** The last parked session's restore into this server's kernels. */
+  restore?: IRestore;
+}
+
+/** <base>/gpusessions/restore's answer, also in each reading. */
+export interface IRestore {
+  state: 'none' | 'pending' | 'restoring' | 'restored' | 'failed' | string;
+  message?: string;
+  parked_at?: string | number | null;
 }
 
 /** A notice from the hub (why this server stopped, say). */

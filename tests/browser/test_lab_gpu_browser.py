@@ -86,15 +86,17 @@ def test_jupyterlab_shows_the_gpu_keeps_it_and_releases_it(
     item.click()
     expect(panel).to_be_visible(timeout=60000)
 
-    # Release: asked first; "Cancel" changes nothing, "Release" deletes the claim.
-    panel.get_by_role("button", name="Release my GPU").click()
+    # Park my session (the kernels run in the holder, which parks them): asked first; "Cancel"
+    # changes nothing, "Park" deletes the claim once the holder has parked the kernels.
+    expect(panel.locator("[data-gpu-field=parks]")).to_contain_text("keeps your variables")
+    panel.get_by_role("button", name="Park my session").click()
     dialog = page.locator(".jp-Dialog")
-    expect(dialog).to_contain_text("Release your GPU?")
+    expect(dialog).to_contain_text("Park your session?")
     dialog.get_by_role("button", name="Cancel").click()
     page.wait_for_timeout(1000)
     assert api.get_or_none("ResourceClaim", "gpu-wes", namespace) is not None
-    panel.get_by_role("button", name="Release my GPU").click()
-    dialog.get_by_role("button", name="Release").click()
+    panel.get_by_role("button", name="Park my session").click()
+    dialog.get_by_role("button", name="Park", exact=True).click()
     waits.wait_for(
         lambda: api.get_or_none("ResourceClaim", "gpu-wes", namespace) is None, 60, "the claim to be deleted"
     )

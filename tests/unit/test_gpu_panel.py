@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gpusessions.core import kernels as K
 from gpusessions.hub.gpustate import claim_state
-from gpusessions.notebook.gpustatus import kernels_from_agent, session_from_env, summary
+from gpusessions.notebook.gpustatus import GPUStatus, kernels_from_agent, session_from_env, summary
 
 GIB = 2**30
 
@@ -78,3 +79,14 @@ def test_the_agent_is_at_the_gateway_host() -> None:
     assert K.agent_url("http://[fd00::5]:8888", 9400) == "http://[fd00::5]:9400"
     env = {e["name"]: e for e in K.notebook_env("http://10.0.0.4:8888", "sec", 9400)}
     assert env["GPUSESSIONS_AGENT_URL"]["value"] == "http://10.0.0.4:9400"
+
+
+def test_the_notebook_knows_its_kernels_are_parked_not_ended() -> None:
+    """The panel offers "Park my session" only where the holder parks the kernels."""
+    parked = {e["name"]: e.get("value") for e in K.notebook_env("http://10.0.0.4:8888", "sec", parks=True)}
+    plain = {e["name"] for e in K.notebook_env("http://10.0.0.4:8888", "sec")}
+    assert parked[K.PARKS_ENV] == "1" and K.PARKS_ENV not in plain
+    env = {"GPUSESSIONS_CLAIM": "gpu-a", K.PARKS_ENV: "1"}
+    out = asyncio.run(GPUStatus(env).read({}))
+    assert out["parks"] is True
+    assert asyncio.run(GPUStatus({"GPUSESSIONS_CLAIM": "gpu-a"}).read({}))["parks"] is False

@@ -80,6 +80,22 @@ describe('the side panel', () => {
     buttons[1].click();
     expect(calls).toEqual(['keep', 'release']);
   });
+  it('offers Park my session where the kernels are parked, and says what it keeps', () => {
+    const { node, field } = panel({ ...reading, parks: true });
+    const buttons = Array.from(node.querySelectorAll('.gpusessions-gpu-buttons button')) as HTMLButtonElement[];
+    expect(buttons.map(b => b.textContent)).toEqual(['Keep my GPU', 'Park my session']);
+    expect(field('parks')).toContain('frees your GPU and keeps your variables');
+    expect(panel(reading).node.querySelector('[data-gpu-field=parks]')).toBeNull();
+  });
+  it("shows the parked session's restore, a failed one as an error", () => {
+    const said = 'Restored your session from 14:02 UTC: 3 variables, 1 not kept (f: open file)';
+    const ok = panel({ ...reading, restore: { state: 'restored', message: said } });
+    expect(ok.field('restore')).toBe(said);
+    expect(ok.node.querySelector('[data-gpu-field=restore]')?.className).toBe('');
+    const bad = panel({ ...reading, restore: { state: 'failed', message: 'Could not restore: disk full' } });
+    expect(bad.node.querySelector('[data-gpu-field=restore]')?.className).toBe('gpusessions-gpu-error');
+    expect(panel({ ...reading, restore: { state: 'none' } }).node.querySelector('[data-gpu-field=restore]')).toBeNull();
+  });
   it("shows the last action's outcome", () => {
     expect(panel(reading).node.querySelector('.gpusessions-gpu-message')).toBeNull();
     const msg = panel(reading, 'Your GPU is kept until 15:05.').node.querySelector('.gpusessions-gpu-message');

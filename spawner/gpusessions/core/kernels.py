@@ -312,12 +312,20 @@ def agent_url(gateway: str, agent_port: int) -> str:
     return f"{parts.scheme}://{host}:{agent_port}"
 
 
-def notebook_env(url: str, secret: str, agent_port: int = 9400) -> list[Obj]:
+# In the notebook container: the session's kernels are parked, not ended, when its GPU goes.
+PARKS_ENV = "GPUSESSIONS_PARK_KERNELS"
+
+
+def notebook_env(url: str, secret: str, agent_port: int = 9400, parks: bool = False) -> list[Obj]:
     """What the notebook container needs to use the gateway (jupyter_server's GatewayClient),
-    and where its GPU panel reads the holder's agent (with the same session token)."""
-    return [
+    and where its GPU panel reads the holder's agent (with the same session token); `parks`:
+    the holder parks its kernels when it goes (the panel says "Park my session")."""
+    env = [
         {"name": "JUPYTER_GATEWAY_URL", "value": url},
         token_env("JUPYTER_GATEWAY_AUTH_TOKEN", secret),
         {"name": "GPUSESSIONS_PERSIST_KERNELS", "value": "1"},
         {"name": "GPUSESSIONS_AGENT_URL", "value": agent_url(url, agent_port)},
     ]
+    if parks:
+        env.append({"name": PARKS_ENV, "value": "1"})
+    return env

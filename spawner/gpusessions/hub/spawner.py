@@ -346,7 +346,8 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         if queued is not None:
             NP.schedule(pod, queued)
         if self._gpu_alloc is not None:
-            NP.add_gpu(pod, self.session_info(self._gpu_alloc), self._gpu_alloc.gateway_url)
+            alloc = self._gpu_alloc
+            NP.add_gpu(pod, self.session_info(alloc), alloc.gateway_url, parks=bool(self.park_kernels))
             pod.metadata.labels[L.CLAIM_LABEL] = L.label_value(self._names().claim)
         return pod
 

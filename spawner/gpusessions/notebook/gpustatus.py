@@ -32,6 +32,7 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.iostream import StreamClosedError
 
+from gpusessions.core.kernels import PARKS_ENV
 from gpusessions.notebook.bounded import BoundedAPIHandler
 from gpusessions.notebook.hubrelay import HubRelay
 
@@ -119,6 +120,8 @@ class GPUStatus:
         out: dict[str, Any] = {"enabled": self.enabled, "at": time.time(), "stream_seconds": self.ttl}
         if not self.enabled:
             return out
+        # Kernels parked, not ended, when the GPU goes: the panel offers "Park my session".
+        out["parks"] = self.env.get(PARKS_ENV) == "1"
         out["session"] = session_from_env(self.env)
         agent, hub = await asyncio.gather(self._agent(), self._hub())
         out.update(agent if "agent_error" in agent else {})
@@ -179,11 +182,19 @@ class _StatusBase(BoundedAPIHandler):
             return {}
         return {s["kernel"]["id"]: s.get("path", "") for s in sessions if s.get("kernel")}
 
+    def _with_restore(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The reading with the parked session's restore (none, pending, restoring, restored,
+        failed, in words), which the kernel manager keeps when kernels run in the holder."""
+        restore = getattr(self.settings.get("kernel_manager"), "restore", None)
+        if restore is None or not data.get("enabled"):
+            return data
+        return {**data, "restore": restore.status()}
+
 
 class GPUHandler(_StatusBase):
     @web.authenticated
     async def get(self) -> None:
-        self.finish(json.dumps(await status().get(self._paths)))
+        self.finish(json.dumps(self._with_restore(await status().get(self._paths))))
 
 
 class GPUEventsHandler(_StatusBase):
@@ -196,7 +207,7 @@ class GPUEventsHandler(_StatusBase):
         try:
             self.write(f"retry: {int(st.ttl * 2000)}\n\n")
             while True:
-                data = await st.get(self._paths)
+                data = self._with_restore(await st.get(self._paths))
                 self.write(f"data: {json.dumps(data)}\n\n")
                 await self.flush()
                 if not data.get("enabled"):
