@@ -1,4 +1,5 @@
-"""The home page's "Release my GPU" button, in real headless Chromium."""
+"""The home page's "Park my session" button (kernels in the holder, parked when it goes; "Release
+my GPU" where they are not), in real headless Chromium."""
 
 from __future__ import annotations
 
@@ -32,20 +33,22 @@ def test_release_my_gpu_button_gives_back_a_kept_gpu_and_stops_a_running_server(
     page.on("dialog", accept)
     login(page, hub, "rita")
     page.goto(hub.url + "/hub/home")
-    button = page.get_by_role("button", name="Release my GPU")
+    button = page.get_by_role("button", name="Park my session")
     status = page.locator("#gpusessions-release-status")
 
     # Stopped server, kept GPU: released, the page says so.
     button.click()
-    expect(status).to_have_text("Your GPU was released.", timeout=30000)
+    expect(status).to_have_text(
+        "Your session was parked: your GPU was released, your variables are saved.", timeout=30000
+    )
     shot(page, "home-release-1-released")
-    assert confirms == ["Stop your server (if it runs) and give your GPU back?"]
+    assert confirms == ["Stop your server (if it runs), save your kernels' variables and give your GPU back?"]
     waits.gone(api, "ResourceClaim", "gpu-rita", namespace)
     waits.gone(api, "Pod", "gpu-holder-rita", namespace)
 
     # Nothing held any more: the page says that too.
     page.reload()
-    page.get_by_role("button", name="Release my GPU").click()
+    page.get_by_role("button", name="Park my session").click()
     expect(status).to_have_text("You held no GPU.", timeout=30000)
 
     # A running server: stopped, its GPU released, the page reloaded.
@@ -53,7 +56,7 @@ def test_release_my_gpu_button_gives_back_a_kept_gpu_and_stops_a_running_server(
     page.goto(hub.url + "/hub/home")
     expect(page.get_by_role("button", name="Stop My Server")).to_be_visible()
     with page.expect_navigation(timeout=60000):
-        page.get_by_role("button", name="Release my GPU").click()
+        page.get_by_role("button", name="Park my session").click()
     waits.gone(api, "ResourceClaim", "gpu-rita", namespace)
     waits.gone(api, "Pod", "gpu-holder-rita", namespace)
     waits.gone(api, "Pod", "jupyter-rita", namespace)
