@@ -74,7 +74,8 @@ function activate(app: JupyterFrontEnd, statusBar: IStatusBar | null): void {
   const show = (d: IReading) => {
     last = d;
     const restore = d.restore;
-    if (restore && (restore.state === 'restored' || restore.state === 'failed') && restore.message) {
+    const said = ['restored', 'failed', 'expired'];
+    if (restore && said.includes(restore.state) && restore.message) {
       if (restore.message !== restoreSaid) {
         // Once per outcome: what came back of the parked session, and what did not.
         restoreSaid = restore.message;

@@ -82,7 +82,7 @@ export interface IReading {
 
 /** <base>/gpusessions/restore's answer, also in each reading. */
 export interface IRestore {
-  state: 'none' | 'pending' | 'restoring' | 'restored' | 'failed' | string;
+  state: 'none' | 'pending' | 'restoring' | 'restored' | 'failed' | 'expired' | string;
   message?: string;
   parked_at?: string | number | null;
 }

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpusessions.core import kernels as K
 from gpusessions.hub.gpustate import claim_state
+from gpusessions.notebook import gpustatus, restore
 from gpusessions.notebook.gpustatus import GPUStatus, kernels_from_agent, session_from_env, summary
 
 GIB = 2**30
@@ -86,6 +87,9 @@ def test_the_notebook_knows_its_kernels_are_parked_not_ended() -> None:
     parked = {e["name"]: e.get("value") for e in K.notebook_env("http://10.0.0.4:8888", "sec", parks=True)}
     plain = {e["name"] for e in K.notebook_env("http://10.0.0.4:8888", "sec")}
     assert parked[K.PARKS_ENV] == "1" and K.PARKS_ENV not in plain
+    assert parked[K.PARK_EXPIRY_ENV] == "30" and K.PARK_EXPIRY_ENV not in plain
+    # The notebook side reads the same names (it does not import core).
+    assert (gpustatus.PARKS_ENV, restore.EXPIRY_ENV) == (K.PARKS_ENV, K.PARK_EXPIRY_ENV)
     env = {"GPUSESSIONS_CLAIM": "gpu-a", K.PARKS_ENV: "1"}
     out = asyncio.run(GPUStatus(env).read({}))
     assert out["parks"] is True

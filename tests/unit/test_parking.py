@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from gpusessions.core.claims import HolderSettings, build_holder_pod
 from gpusessions.core.labels import SESSION_ANNOTATION
 from gpusessions.notebook import parkhost
 from gpusessions.notebook import parkrecord as R
-from gpusessions.notebook.restore import summary
+from gpusessions.notebook.restore import EXPIRY_ENV, Restore, expiry_seconds, summary
 
 
 def holder(**kw: object) -> dict[str, object]:
@@ -110,8 +111,48 @@ def test_the_restore_says_what_came_back_in_words(state: str, start: str) -> Non
             }
         ],
     }
-    out = summary(record, state)
+    out = summary(record, state, now=1764684120.0 + 60)
     assert out["state"] == state and out["message"].startswith(start), out["message"]
+    # Another day: the date too.
+    later = summary(record, state, now=1764684120.0 + 3 * 86400)["message"]
+    assert "from 2025-12-02 14:02 UTC" in later, later
+
+
+def test_a_park_older_than_the_expiry_is_deleted_and_the_user_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """park_expiry_days (30 by default): an expired park is not restored; at the first start
+    after it the status says it was deleted; a fresh one is restored as before."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))  # the park folder is under ~
+    env = {"HOME": str(home), "JUPYTERHUB_SERVER_NAME": "", EXPIRY_ENV: "30"}
+    restore = Restore(env)
+    assert str(restore.folder).startswith(str(home))
+    kernel = {"id": "0f6c1f2e-1111-4222-8333-444455556666", "name": "python3", "status": "parked"}
+    R.write_record(
+        R.private_dir(restore.folder), {"parked_at": time.time() - 31 * 86400, "kernels": [kernel]}
+    )
+    started: list[str] = []
+
+    async def start(spec: str) -> str:
+        started.append(spec)
+        return "new"
+
+    async def shutdown(kid: str) -> None:
+        return None
+
+    asyncio.run(restore.run(set(), start, shutdown))
+    assert started == [] and not restore.folder.exists()
+    st = restore.status()
+    assert st["state"] == "expired", st
+    assert "older than the hub keeps parked sessions (30 days) and was deleted" in st["message"]
+    # Within the expiry, the restore goes ahead (and starts a kernel).
+    R.write_record(
+        R.private_dir(restore.folder), {"parked_at": time.time() - 29 * 86400, "kernels": [kernel]}
+    )
+    fresh = Restore(env)
+    assert fresh.pending(set()) and not fresh._expired(R.read_record(fresh.folder) or {})
+    assert expiry_seconds({EXPIRY_ENV: "0"}) is None and expiry_seconds({}) == 30 * 86400
 
 
 def test_a_park_over_budget_is_recorded_as_timed_out_with_what_was_lost(

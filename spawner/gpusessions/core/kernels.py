@@ -314,12 +314,16 @@ def agent_url(gateway: str, agent_port: int) -> str:
 
 # In the notebook container: the session's kernels are parked, not ended, when its GPU goes.
 PARKS_ENV = "GPUSESSIONS_PARK_KERNELS"
+PARK_EXPIRY_ENV = "GPUSESSIONS_PARK_EXPIRY_DAYS"  # read by notebook/restore.py
 
 
-def notebook_env(url: str, secret: str, agent_port: int = 9400, parks: bool = False) -> list[Obj]:
+def notebook_env(
+    url: str, secret: str, agent_port: int = 9400, parks: bool = False, park_expiry_days: float = 30.0
+) -> list[Obj]:
     """What the notebook container needs to use the gateway (jupyter_server's GatewayClient),
     and where its GPU panel reads the holder's agent (with the same session token); `parks`:
-    the holder parks its kernels when it goes (the panel says "Park my session")."""
+    the holder parks its kernels when it goes (the panel says "Park my session"), and the
+    restore at the next start deletes a park older than `park_expiry_days` (0: none)."""
     env = [
         {"name": "JUPYTER_GATEWAY_URL", "value": url},
         token_env("JUPYTER_GATEWAY_AUTH_TOKEN", secret),
@@ -328,4 +332,5 @@ def notebook_env(url: str, secret: str, agent_port: int = 9400, parks: bool = Fa
     ]
     if parks:
         env.append({"name": PARKS_ENV, "value": "1"})
+        env.append({"name": PARK_EXPIRY_ENV, "value": f"{park_expiry_days:g}"})
     return env

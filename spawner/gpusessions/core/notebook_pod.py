@@ -61,11 +61,13 @@ def session_info(
     }
 
 
-def add_gpu(pod: Any, info: Obj, gateway_url: str | None = None, parks: bool = False) -> None:
+def add_gpu(
+    pod: Any, info: Obj, gateway_url: str | None = None, parks: bool = False, park_expiry_days: float = 30.0
+) -> None:
     """Give the notebook pod its session's claim, variables and session file (`info` from
     `session_info`), the kernel gateway's variables when kernels run in the holder
-    (`gateway_url`; `parks`: the holder parks them when it goes), and the claim's node in its
-    node affinity."""
+    (`gateway_url`; `parks`: the holder parks them when it goes, kept `park_expiry_days`), and
+    the claim's node in its node affinity."""
     claim, holder, node = info["claim"], info["holder"], info["node"]
     pod.spec.resource_claims = [
         *(pod.spec.resource_claims or []),
@@ -90,7 +92,9 @@ def add_gpu(pod: Any, info: Obj, gateway_url: str | None = None, parks: bool = F
     container.env = [*(container.env or []), *(V1EnvVar(name=k, value=v) for k, v in env.items())]
     if gateway_url:
         # Kernels run in the holder's gateway: plain dicts serialize as they are.
-        container.env += K.notebook_env(gateway_url, K.secret_name(holder), parks=parks)
+        container.env += K.notebook_env(
+            gateway_url, K.secret_name(holder), parks=parks, park_expiry_days=park_expiry_days
+        )
     pod.spec.volumes = [
         *(pod.spec.volumes or []),
         V1Volume(

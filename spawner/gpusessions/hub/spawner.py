@@ -347,7 +347,8 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             NP.schedule(pod, queued)
         if self._gpu_alloc is not None:
             alloc = self._gpu_alloc
-            NP.add_gpu(pod, self.session_info(alloc), alloc.gateway_url, parks=bool(self.park_kernels))
+            parks = bool(self.park_kernels)
+            NP.add_gpu(pod, self.session_info(alloc), alloc.gateway_url, parks, self.park_expiry_days)
             pod.metadata.labels[L.CLAIM_LABEL] = L.label_value(self._names().claim)
         return pod
 

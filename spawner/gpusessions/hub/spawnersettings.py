@@ -232,6 +232,14 @@ class GPUSessionSettings(HasTraits):
         help="""The most bytes one kernel's park writes (default 16 GiB); values past it are
         named as not saved in the park's record.""",
     )
+    park_expiry_days = Float(
+        30.0,
+        min=0.0,
+        config=True,
+        help="""Days a parked session is kept for its next start: one older is deleted, not
+        restored, at the first start after it expired, and the user is told so there (the GPU
+        panel and the server's log). 0: kept until restored.""",
+    )
     kernel_image = Unicode(
         "",
         config=True,

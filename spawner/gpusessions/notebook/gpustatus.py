@@ -32,9 +32,12 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.iostream import StreamClosedError
 
-from gpusessions.core.kernels import PARKS_ENV
 from gpusessions.notebook.bounded import BoundedAPIHandler
 from gpusessions.notebook.hubrelay import HubRelay
+
+# Set by the spawner where the holder parks the kernels (core.kernels.PARKS_ENV; core is not
+# imported here: its labels need kubespawner, which a notebook image does not have).
+PARKS_ENV = "GPUSESSIONS_PARK_KERNELS"
 
 STREAM_SECONDS = 5.0
 NO_AGENT = (

@@ -19,6 +19,7 @@ kernel is shut down: the notebook gets a fresh one, the saved files stay). The s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import os
@@ -33,6 +34,26 @@ from gpusessions.notebook.kernelexec import KernelRunError, run_for_report
 Obj = dict[str, Any]
 TIMEOUT_ENV = "GPUSESSIONS_RESTORE_TIMEOUT"
 RESTORE_TIMEOUT = 300.0  # seconds all kernels together have to restore
+# GPUSessionSpawner.park_expiry_days, in the notebook container (core.kernels.PARK_EXPIRY_ENV;
+# core is not imported here: its labels need kubespawner, which a notebook image lacks).
+EXPIRY_ENV = "GPUSESSIONS_PARK_EXPIRY_DAYS"
+EXPIRY_DAYS = 30.0
+
+
+def expiry_seconds(env: dict[str, str]) -> float | None:
+    """How old a park may be and still be restored (None: no expiry, the setting's 0)."""
+    try:
+        days = float(env.get(EXPIRY_ENV, EXPIRY_DAYS))
+    except ValueError:
+        days = EXPIRY_DAYS
+    return days * 86400 if days > 0 else None
+
+
+def _when(at: float, now: float | None = None) -> str:
+    """A park's time as the user reads it: the clock today, the date before."""
+    t = datetime.datetime.fromtimestamp(at, datetime.UTC)
+    today = datetime.datetime.fromtimestamp(time.time() if now is None else now, datetime.UTC).date()
+    return t.strftime("%H:%M UTC") if t.date() == today else t.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _timeout(env: dict[str, str]) -> float:
@@ -57,8 +78,8 @@ def _not_kept(k: Obj) -> list[str]:
     return out
 
 
-def summary(record: Obj | None, state: str) -> Obj:
-    """The restore status the lab panel shows, from a record."""
+def summary(record: Obj | None, state: str, now: float | None = None) -> Obj:
+    """The restore status the lab panel shows, from a record (`now`: for the date in words)."""
     if not record:
         return {"state": "none"}
     kernels = []
@@ -87,8 +108,15 @@ def summary(record: Obj | None, state: str) -> Obj:
             }
         )
     at = float(record.get("parked_at") or 0)
-    when = datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%H:%M UTC") if at else "?"
-    if state == "restored":
+    when = _when(at, now) if at else "?"
+    if state == "expired":
+        message = (
+            f"Your parked session from {when} was older than the hub keeps parked sessions "
+            f"({record.get('expiry_days', '?'):g} days) and was deleted; new kernels start empty."
+            if isinstance(record.get("expiry_days"), (int, float))
+            else f"Your parked session from {when} had expired and was deleted."
+        )
+    elif state == "restored":
         message = f"Restored your session from {when}: {variables} variable{'s' * (variables != 1)}"
         if lost:
             message += f", {len(lost)} not kept ({'; '.join(lost[:3])}{'; ...' if len(lost) > 3 else ''})"
@@ -133,6 +161,8 @@ class Restore:
         todo = self.pending(present)
         if not todo or record is None:
             return
+        if self._expired(record):
+            return
         self.state = summary(record, "restoring")
         try:
             code = R.park_code(self.env)
@@ -174,6 +204,24 @@ class Restore:
 
         await asyncio.gather(*(one(k) for k in todo))
         self._finish(record)
+
+    def _expired(self, record: Obj) -> bool:
+        """A park older than the expiry (`park_expiry_days`) is deleted, not restored, with
+        the earlier ones set aside beside it; the status says so (the user is told at the
+        first start after it expired: nothing goes without a word)."""
+        limit = expiry_seconds(self.env)
+        at = float(record.get("parked_at") or 0)
+        if limit is None or not at or time.time() - at <= limit:
+            return False
+        record["expiry_days"] = limit / 86400
+        self.state = summary(record, "expired")
+        shutil.rmtree(self.folder, ignore_errors=True)
+        for old in self.folder.parent.glob(f"{self.folder.name}.unrestored-*"):
+            with contextlib.suppress(OSError):
+                if time.time() - old.stat().st_mtime > limit:
+                    shutil.rmtree(old, ignore_errors=True)
+        self.log.info("gpusessions: %s", self.state["message"])
+        return True
 
     @staticmethod
     def _kernel(record: Obj, kid: str) -> Obj:
