@@ -672,3 +672,15 @@ def test_a_server_started_on_a_kept_gpu_counts_its_gpu_idle_time_from_the_start(
     assert d.action == NONE and d.at == T0 + 5 * H - 60 + 1800  # 30 min from the start
     s.running = False  # stopped again: the start no longer counts
     assert gpu_idle_since(s) == T0
+
+
+def test_a_session_being_released_is_left_alone() -> None:
+    """A released claim waits for its holder, whose kernels park in its grace period (up to
+    park_timeout + 15 s): the culler neither releases it again nor counts a second cull (the
+    make test of ba1c1cd counted two "stopped" culls of one session)."""
+    long_stopped = stopped(stopped_since=T0 - 10 * H)
+    assert decide(long_stopped, T0, POLICY).action == WARN  # then released, had it not been
+    d = decide(dataclasses.replace(long_stopped, deleting=True), T0, POLICY)
+    assert d.action == NONE and "being released" in d.reason
+    idle = running(notebook_last_activity=T0 - 10 * H, gpu=gpu(last_busy=T0 - 10 * H), deleting=True)
+    assert decide(idle, T0, POLICY).action == NONE

@@ -183,6 +183,10 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
     if s.node_gone:
         # The GPU went with its node: nothing to keep, no warning to give.
         return Decision(NODE_GONE, f"the node of this GPU ({s.node}) is gone")
+    if s.deleting:
+        # Released already (a cull, the user, an admin): the claim waits for its holder, whose
+        # kernels park in its grace period. Acting again would count a second cull.
+        return Decision(NONE, "being released (its holder saves its kernels first)")
     if keep_holds(s, now, r):
         # The stop is still noted (bookkeeping, not a cull): a kept GPU of a stopped server must
         # count from its stop once the keep no longer holds (while someone waits, keep_contended).
