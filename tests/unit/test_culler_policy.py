@@ -11,6 +11,7 @@ from gpusessions.culler.model import Session, join
 from gpusessions.culler.policy import (
     CLEAR_STOPPED,
     CULL,
+    FINISH_RELEASE,
     MARK_STOPPED,
     NONE,
     ORPHAN,
@@ -680,7 +681,12 @@ def test_a_session_being_released_is_left_alone() -> None:
     make test of ba1c1cd counted two "stopped" culls of one session)."""
     long_stopped = stopped(stopped_since=T0 - 10 * H)
     assert decide(long_stopped, T0, POLICY).action == WARN  # then released, had it not been
-    d = decide(dataclasses.replace(long_stopped, deleting=True), T0, POLICY)
+    d = decide(dataclasses.replace(long_stopped, deleting=True, holder=None), T0, POLICY)
     assert d.action == NONE and "being released" in d.reason
-    idle = running(notebook_last_activity=T0 - 10 * H, gpu=gpu(last_busy=T0 - 10 * H), deleting=True)
+    # Its holder still runs (the release's holder delete was lost): deleted again, not culled.
+    lost = decide(dataclasses.replace(long_stopped, deleting=True, holder="gpu-holder-x"), T0, POLICY)
+    assert lost.action == FINISH_RELEASE
+    idle = running(
+        notebook_last_activity=T0 - 10 * H, gpu=gpu(last_busy=T0 - 10 * H), deleting=True, holder=None
+    )
     assert decide(idle, T0, POLICY).action == NONE

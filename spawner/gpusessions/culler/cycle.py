@@ -36,6 +36,7 @@ from gpusessions.culler.model import (
 from gpusessions.culler.policy import (
     CLEAR_STOPPED,
     CULL,
+    FINISH_RELEASE,
     GPU_RULES,
     MARK_STOPPED,
     NODE_GONE,
@@ -182,6 +183,12 @@ class Culler:
 
     async def _act(self, s: Session, d: Decision, now: float) -> None:
         who = f"{s.key} ({s.user}/{s.server or ''})"
+        if d.action == FINISH_RELEASE:
+            # Not a cull (counted when it was made): the release's lost holder delete, again.
+            log.info("%s: %s", who, d.reason)
+            if not self.policy.dry_run and s.holder:
+                await self.cluster.delete_holder(s.namespace, s.holder)
+            return
         if d.action in (MARK_STOPPED, CLEAR_STOPPED, UNWARN):
             # Bookkeeping, not a cull: kept in the claim's annotations so a restart loses nothing.
             if not self.policy.dry_run:

@@ -44,6 +44,9 @@ from typing import Any
 
 from gpusessions.culler.model import Session
 
+# A released claim whose holder was not deleted (the delete was lost: an apiserver restart):
+# the holder is deleted again, with its grace period; not a second cull.
+FINISH_RELEASE = "finish-release"
 NONE, WARN, UNWARN, CULL, RELEASE, ORPHAN, MARK_STOPPED, CLEAR_STOPPED, NODE_GONE = (
     "none",
     "warn",
@@ -185,7 +188,10 @@ def decide(s: Session, now: float, policy: Policy) -> Decision:
         return Decision(NODE_GONE, f"the node of this GPU ({s.node}) is gone")
     if s.deleting:
         # Released already (a cull, the user, an admin): the claim waits for its holder, whose
-        # kernels park in its grace period. Acting again would count a second cull.
+        # kernels park in its grace period. Acting again would count a second cull; a holder
+        # not being deleted (that delete was lost) is deleted again.
+        if s.holder:
+            return Decision(FINISH_RELEASE, "released, but its holder is still running: deleting it")
         return Decision(NONE, "being released (its holder saves its kernels first)")
     if keep_holds(s, now, r):
         # The stop is still noted (bookkeeping, not a cull): a kept GPU of a stopped server must
