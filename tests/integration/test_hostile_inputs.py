@@ -278,6 +278,13 @@ def test_the_notebook_extension_and_the_agent_answer_only_their_own(
     spawn(hub, "nora", {"profile": "mig-1g-10gb"})
     before = objects(api, namespace)
     base = f"{hub.url}/user/nora/gpusessions"
+    # Ready in the hub is a moment before the proxy's route answers (a 503 page): her own
+    # reading first.
+    waits.wait_for(
+        lambda: raw(f"{base}/gpu", "GET", None, {"Authorization": f"token {nora}"})[0] == 200,
+        60,
+        "nora's notebook server to answer through the proxy",
+    )
     wrong: list[Any] = []
     for method, path in (("GET", "gpu"), ("POST", "gpu/release"), ("GET", "warnings"), ("POST", "keep")):
         body = None if method == "GET" else b"{}"
