@@ -770,3 +770,15 @@ def test_the_claim_says_whether_its_session_parks() -> None:
         claim["metadata"]["creationTimestamp"] = "2026-12-02T10:00:00Z"
     assert session_from_claim(parks).parks and not session_from_claim(plain).parks
     assert not L.parks({"annotations": {L.PARKS: "false"}}) and not L.parks({})
+
+
+def test_a_parking_rule_is_never_longer_than_the_plain_one() -> None:
+    # An admin who shortens a plain limit shortens it for sessions that park too (the tests'
+    # hubs: --idle-limit 20), and a plain rule that is off does not turn a parking one off.
+    p = Policy(Rules(idle_limit=20, warn_before=5, stopped_keep=3, gpu_idle_limit=0, keep_contended=0))
+    r = p.for_profile("x", parks=True)
+    assert (r.idle_limit, r.warn_before, r.stopped_keep) == (20, 5, 3)
+    assert (r.gpu_idle_limit, r.keep_contended, r.keep_limit) == (900, 120, 1800)
+    # A parking rule set to 0 ("off") leaves the plain one.
+    r = Policy(parking={**PARKING, "gpu_idle_limit": 0, "keep_limit": 0}).for_profile("x", parks=True)
+    assert (r.gpu_idle_limit, r.keep_limit) == (Rules().gpu_idle_limit, 0)

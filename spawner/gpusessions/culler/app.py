@@ -90,8 +90,8 @@ def _park(name: str, help_text: str) -> LastFloat:
     and the next start restores them): its default is policy.PARKING's."""
     return LastFloat(
         PARKING[name],
-        help=f"{help_text}, in seconds (a cull of such a session loses no state; the other rules "
-        "apply to it as set)",
+        help=f"{help_text}, in seconds; the shorter of this and the plain rule applies (0: the "
+        "plain rule). A cull of such a session loses no state; the other rules apply to it as set",
     ).tag(config=True)
 
 

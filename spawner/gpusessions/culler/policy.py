@@ -37,10 +37,10 @@
   answered, whoever waits; then the session is warned again (a new Keep, a new stretch).
 - A session that parks (its claim says so: the holder saves the kernels' variables when it
   goes, and the next start restores them) loses no state when it is culled, so its rules are
-  the plain ones with `parking`'s overrides (PARKING: GPU idle 15 min, both idle 30 min, a
+  the shorter of the plain ones and `parking`'s (PARKING: GPU idle 15 min, both idle 30 min, a
   stopped server's GPU kept 15 min, warnings 2 min ahead, a Keep holds 30 min, 2 min while
-  someone waits): it gives its GPU back much sooner. A session that does not park keeps the
-  plain rules.
+  someone waits; a 0 that means "off" counts as no limit): it gives its GPU back much sooner,
+  and never later than a plain one. A session that does not park keeps the plain rules.
 - Per-profile overrides change any of these (for parking sessions too: they apply last);
   `dry_run` decides but never acts.
 """
@@ -116,6 +116,41 @@ PARKING: dict[str, float] = {
 }
 
 
+# Rules whose 0 means "off" (no limit), not "at once".
+OFF_AT_ZERO = frozenset(
+    {
+        "gpu_idle_limit",
+        "gpu_idle_limit_contended",
+        "keep_limit",
+        "keep_contended",
+        "max_age",
+        "stopped_keep_contended",
+    }
+)
+
+
+def sooner(plain: Rules, parking: dict[str, Any]) -> dict[str, Any]:
+    """The parking rules as overrides of the plain ones: each the shorter of the two (a 0 that
+    means "off" counts as no limit), so a session that parks is never held longer than one that
+    does not, and a plain limit an admin shortened is short for both."""
+    out: dict[str, Any] = {}
+    for name, value in parking.items():
+        plain_value = getattr(plain, name, None)
+        if (
+            isinstance(plain_value, bool)
+            or not isinstance(plain_value, int | float)
+            or isinstance(value, bool)
+        ):
+            out[name] = value  # unknown (merged() names it) or not a duration
+            continue
+        v = float(value)
+        if name in OFF_AT_ZERO and min(v, plain_value) <= 0:
+            out[name] = max(v, plain_value)  # one of them off: the other (both off: off)
+        else:
+            out[name] = min(v, plain_value)
+    return out
+
+
 @dataclass(frozen=True)
 class Policy:
     rules: Rules = field(default_factory=Rules)
@@ -125,7 +160,7 @@ class Policy:
     parking: dict[str, Any] = field(default_factory=lambda: dict(PARKING))
 
     def for_profile(self, profile: str, parks: bool = False) -> Rules:
-        base = self.rules.merged(self.parking) if parks else self.rules
+        base = self.rules.merged(sooner(self.rules, self.parking)) if parks else self.rules
         return base.merged(self.per_profile.get(profile, {}))
 
     def for_session(self, s: Session) -> Rules:
