@@ -19,7 +19,7 @@ from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
 from .cullertools import culler_hub, sessions
-from .hubtools import container_pid, nb, process_env, spawn, stop
+from .hubtools import container_pid, nb, open_notebook, process_env, spawn, stop
 from .kerneltools import execute, watch_status
 
 pytestmark = pytest.mark.cluster
@@ -294,19 +294,7 @@ def test_a_released_gpu_parks_the_kernels_and_the_next_start_restores_them(
     spawn(hub, "dora", ONE_G)
     holder = api.get("Pod", "gpu-holder-dora", namespace)
     assert holder["spec"]["terminationGracePeriodSeconds"] == grace
-    code, s = nb(
-        hub,
-        "POST",
-        "/user/dora/api/sessions",
-        {
-            "path": "work/train.ipynb",
-            "name": "train.ipynb",
-            "type": "notebook",
-            "kernel": {"name": "python3"},
-        },
-    )
-    assert code == 201, code
-    old = s["kernel"]["id"]
+    old = open_notebook(hub, "dora", "work/train.ipynb")
     assert execute(hub.url, "dora", old, hub.token, BUILD_STATE, timeout=120).strip() == "built"
 
     # The user releases the GPU: the hub deletes the holder with its grace period, and the
@@ -386,3 +374,12 @@ def test_a_holder_deleted_directly_parks_its_kernels(
 
     [k] = waits.wait_for(parked, 90, "the deleted holder to park its kernel")["kernels"]
     assert k["id"] == kid and "answer" in k["report"]["saved"]
+
+    # An admin deletes erin: the hub cannot read her home, so a pod that runs as her notebook
+    # does (her home volume, her uid) deletes her parked sessions there, and goes too.
+    code, _ = hub.api("DELETE", "/users/erin")
+    assert code == 204, code
+    assert not folder.parent.exists(), sorted(p.name for p in folder.parent.iterdir())
+    assert folder.parent.parent.exists(), "only the parks go, not the rest of the home's files"
+    assert api.get_or_none("Pod", "gpu-park-cleanup-erin", namespace) is None
+    assert "erin: deleted the parked sessions in ~/.gpusessions/parked" in hub.log_text()

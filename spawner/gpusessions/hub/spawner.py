@@ -35,7 +35,7 @@ from gpusessions.core.options import validate as validate_options
 from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.queues import QueuePolicy
 from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
-from gpusessions.hub import health, kernelsettings, lifecycle, notices
+from gpusessions.hub import health, kernelsettings, lifecycle, notices, parkcleanup
 from gpusessions.hub.admission import Admission
 from gpusessions.hub.picker import figures_for, render_form
 from gpusessions.hub.reconcile import Reconcile
@@ -452,6 +452,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             queue=self._gpu_state.get("queue", ""),
             since=since,
             kernels=kernels,
+            parks=kernels and self._gpu_state.get("park") == "1",
             on_holder_loss=self._setting("on_holder_loss"),
             evict_event_wait=self.kai_evict_event_wait,
             # The shared watch answers "the holder is fine" without an API call.
@@ -510,22 +511,28 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         if self._gpu_state and not self._setting("keep_gpu_on_stop"):
             await self.release_gpu()
 
-    async def release_gpu(self) -> bool:
-        """Delete the holder and the claim (the GPU goes back to the pool). True if one existed."""
-        had = await self._session().release(wait=False)
+    async def release_gpu(self, park: bool = True) -> bool:
+        """Delete the holder and the claim (the GPU goes back to the pool). True if one existed.
+        `park` False: the holder goes at once, its kernels not parked (a deleted server's)."""
+        had = await self._session().release(wait=False, park=park)
         self._gpu_state = {}
         return had
 
     async def delete_forever(self) -> None:
-        # KubeSpawner deletes the user's PVC here (also when none exists); if that fails
-        # (a hub Role without persistentvolumeclaims delete, say) the GPU must still go back.
+        # A kept GPU's holder goes at once (nothing is parked for a deleted server), then the
+        # server's parks in the home (`parkcleanup`), then KubeSpawner's part: it deletes the
+        # user's PVC (also when none exists); if that fails (a hub Role without
+        # persistentvolumeclaims delete, say) the GPU and the parks must still go.
         try:
-            await super().delete_forever()
+            await self.release_gpu(park=False)
+            await parkcleanup.delete_parks(self)
         finally:
-            await self.release_gpu()
-            if not self.name and self.user is not None:  # the default server goes only with the user:
-                # so do the user's notebook jobs
-                await lifecycle.delete_user_jobs(self.config, self.namespace, self.user.name, self.log)
+            try:
+                await super().delete_forever()
+            finally:
+                if not self.name and self.user is not None:  # the default server goes only with
+                    # the user: so do the user's notebook jobs
+                    await lifecycle.delete_user_jobs(self.config, self.namespace, self.user.name, self.log)
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

@@ -240,6 +240,19 @@ class GPUSessionSettings(HasTraits):
         restored, at the first start after it expired, and the user is told so there (the GPU
         panel and the server's log). 0: kept until restored.""",
     )
+    park_cleanup_timeout = Integer(
+        120,
+        min=10,
+        max=3600,
+        config=True,
+        help="""When JupyterHub deletes a user (or a named server), the parked sessions in their
+        home (`~/.gpusessions/parked`, or that server's parks) are deleted by a short-lived pod
+        that runs as the notebook does (its image, volumes and security context), since the hub
+        cannot read homes; this many seconds at most (the pod's activeDeadlineSeconds too). A
+        cleanup that fails is logged as an error naming the folder; the deletion goes on. Not
+        run where KubeSpawner deletes the home PVC itself (`storage_pvc_ensure` and
+        `delete_pvc`).""",
+    )
     kernel_image = Unicode(
         "",
         config=True,
