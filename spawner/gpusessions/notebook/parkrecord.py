@@ -116,6 +116,7 @@ def unrestored(record: Obj | None) -> list[Obj]:
         if isinstance(k, dict)
         and k.get("status") in ("parked", "incomplete")
         and not (k.get("restore") or {}).get("ok")
+        and not (k.get("restore") or {}).get("kept")
         and KERNEL_ID.match(str(k.get("id", "")))
     ]
 

@@ -9,10 +9,12 @@ package's `restore_source` in it before anything else, and points the notebook p
 the old kernel at the new one in the sessions file, so JupyterLab re-attaches open notebooks
 to their restored kernels.
 
-The outcome goes into the record (per kernel: ok, the new id, seconds, the report). A park
-restored in full is moved to `<server>.restored-<time>` (the last one kept, older ones
-deleted); a kernel that did not restore leaves the park where it is, and says so (its new
-kernel is shut down: the notebook gets a fresh one, the saved files stay). The status is
+The outcome goes into the record (per kernel: ok, kept, the new id, seconds, the report). A
+damaged park's kernel keeps what came back (`kept`), the damage named in what was not kept. A
+park restored (in full, or all it could) is moved to `<server>.restored-<time>` (the last one
+kept, older ones deleted); a kernel whose restore brought nothing back leaves the park where it
+is, and says so (its new kernel is shut down: the notebook gets a fresh one, the saved files
+stay). The status is
 `status()`, served at `<base>/gpusessions/restore` for the lab panel.
 """
 
@@ -78,6 +80,12 @@ def _not_kept(k: Obj) -> list[str]:
     return out
 
 
+def _kept(k: Obj) -> bool:
+    """The kernel's restore is done: in full, or what a damaged park still held."""
+    restore = k.get("restore") or {}
+    return bool(restore.get("ok") or restore.get("kept"))
+
+
 UNPARKED = ("failed", "timeout", "parking")  # a park that did not finish: its variables are lost
 
 
@@ -125,7 +133,7 @@ def summary(record: Obj | None, state: str, now: float | None = None) -> Obj:
                 "name": k.get("name"),
                 "paths": k.get("paths") or [],
                 "parked": k.get("status"),
-                "restored": bool(restore.get("ok")),
+                "restored": bool(restore.get("ok") or restore.get("kept")),
                 "kernel": restore.get("kernel"),
                 "variables": restored,
                 "not_kept": not_kept,
@@ -236,10 +244,13 @@ class Restore:
                 report = await runner(kid, source, code.MIME, deadline - time.monotonic())
                 out["report"] = report
                 out["ok"] = bool(report.get("ok"))
+                # A damaged park restored what it could: that kernel is the user's, with the
+                # damage named (not_restored); only a restore that brought nothing back is undone.
+                out["kept"] = out["ok"] or bool(report.get("restored"))
             except (KernelRunError, Exception) as e:
                 out["error"] = f"{type(e).__name__}: {e}" if not isinstance(e, KernelRunError) else str(e)
             out["seconds"] = round(time.monotonic() - t0, 3)
-            if out["ok"] and kid:
+            if out.get("kept") and kid:
                 moved = R.remap(self.db, k["id"], kid)
                 out["sessions"] = moved
                 self.remapped[k["id"]] = kid
@@ -287,8 +298,8 @@ class Restore:
     def _finish(self, record: Obj) -> None:
         self._tell_lost(record)
         parked = [k for k in record.get("kernels") or [] if isinstance(k, dict)]
-        done = all((k.get("restore") or {}).get("ok") for k in parked if k.get("status") not in UNPARKED)
-        state = "restored" if done and any((k.get("restore") or {}).get("ok") for k in parked) else "failed"
+        done = all(_kept(k) for k in parked if k.get("status") not in UNPARKED)
+        state = "restored" if done and any(_kept(k) for k in parked) else "failed"
         record["restored_at"] = time.time() if state == "restored" else None
         R.write_record(self.folder, record)
         self.state = summary(record, state)
