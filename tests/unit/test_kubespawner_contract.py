@@ -307,3 +307,13 @@ async def test_the_spawner_attributes_we_read_are_there() -> None:
     mine = GPUSessionSpawner(_mock=True)
     assert mine.options_from_form == mine._options_from_form
     assert not inspect.iscoroutinefunction(mine.options_from_form)
+
+
+def test_the_notebook_pods_delete_is_the_one_a_park_gets_its_grace_period_in() -> None:
+    """Kernels in the notebook pod park in its grace period: GPUSessionSpawner raises the grace
+    of KubeSpawner's delete request (whose stop passes `delete_grace_period`, 1 s, or 0 for now)."""
+    params = list(inspect.signature(KubeSpawner._make_delete_pod_request).parameters)
+    assert params == ["self", "pod_name", "delete_options", "grace_seconds", "request_timeout"]
+    assert KubeSpawner.delete_grace_period.default_value == 1  # type: ignore[attr-defined]
+    assert "self.delete_grace_period" in inspect.getsource(KubeSpawner.stop)
+    assert "_make_delete_pod_request" in inspect.getsource(KubeSpawner.stop)
