@@ -302,6 +302,16 @@ def nb(hub: Hub, method: str, path: str, body: Any = None, token: str | None = N
         return e.code, None
 
 
+def open_notebook(hub: Hub, user: str, path: str, token: str | None = None) -> str:
+    """A session of a notebook at `path` in the user's server, as JupyterLab opens one: its
+    kernel's id."""
+    name = path.rsplit("/", 1)[-1]
+    body = {"path": path, "name": name, "type": "notebook", "kernel": {"name": "python3"}}
+    code, s = nb(hub, "POST", f"/user/{user}/api/sessions", body, token=token)
+    assert code == 201, (code, s)
+    return str(s["kernel"]["id"])
+
+
 def allocated_device(api: KubeAPI, namespace: str, claim: str) -> tuple[str, str, str]:
     c = api.get("ResourceClaim", claim, namespace)
     r = c["status"]["allocation"]["devices"]["results"][0]

@@ -356,6 +356,7 @@ def test_prepare_saves_what_a_restarted_hub_needs() -> None:
         "queue": "team-a",
     }
     assert state["request_hash"] == REQUEST.hash() and state["settings"] == '{"keep_gpu_on_stop": true}'
+    assert state["park"] == ("1" if KERNELS.park else "")
 
 
 def test_prepare_for_a_cpu_profile_releases_the_kept_gpu_and_an_api_error_is_a_refusal() -> None:
@@ -442,11 +443,21 @@ def test_a_holder_kai_evicted_is_released_with_the_reclaim_notice_not_recreated(
         "told: Your GPU session was taken back by the scheduler: your team's queue team-a"
     )
     assert done[1:] == ["released"]
+    assert "parked" not in done[0], "kernels that did not park are not said to be parked"
     assert api.calls == [
         "get pod",
         "events involvedObject.kind=Pod,reason=DeviceTaintManagerEviction (2 s)",
         "events involvedObject.kind=PodGroup,reason=Evict (5 s)",
     ], "one read of the holder; a device taint's eviction looked for first"
+
+
+def test_a_reclaim_of_a_parking_holder_tells_the_user_the_kernels_were_parked() -> None:
+    api, done = FakeAPI(), []
+    api.events = [_evict(NAMES.holder)]
+    r = _reconcile(api, done, queue="team-a", evict_event_wait=5, kernels=True, parks=True)
+    assert asyncio.run(r.running()) == 1
+    assert "Your kernels were parked first" in done[0] and "start again and they are restored" in done[0]
+    assert done[1:] == ["released"]
 
 
 def test_a_stopped_server_is_a_reclaim_only_with_an_evict_event_for_its_pods() -> None:

@@ -341,9 +341,10 @@ class QueuePolicy:
         """The workload the scheduler evicted one of `pods` for (after `since`), or None."""
         return reclaim.evicted_by(events, namespace, pods, since)
 
-    def reclaim_notice(self, queue: str, by: str) -> str:
-        """What the user is told when the scheduler took their session's GPU back."""
-        return reclaim.notice(queue, by)
+    def reclaim_notice(self, queue: str, by: str, parked: bool = False) -> str:
+        """What the user is told when the scheduler took their session's GPU back (`parked`:
+        its kernels were parked as the holder went)."""
+        return reclaim.notice(queue, by, parked)
 
     async def queue_of(self, spawner: Any, groups: Iterable[str]) -> str | None:
         """The queue of this user's sessions, None when queues are not used; `Refused` for a

@@ -46,12 +46,20 @@ def event_time(e: Obj) -> float:
     return float("inf")
 
 
-def notice(queue: str, by: str) -> str:
-    """What the user reads on the hub home page after KAI took their GPU back."""
+def notice(queue: str, by: str, parked: bool = False) -> str:
+    """What the user reads on the hub home page after KAI took their GPU back; `parked`: the
+    holder parked its kernels as it went (KAI deletes it with its own grace period, the park
+    budget), so the next start restores them."""
     workload = by.split("/", 1)[-1]
+    kept = (
+        " Your kernels were parked first (their variables saved to your home): start again and "
+        "they are restored, with a note of anything that could not be kept."
+        if parked
+        else ""
+    )
     return (
         f"Your GPU session was taken back by the scheduler: your team's queue {queue} was using "
         f"GPUs beyond its share, and another team's workload ({workload}) needed them. Your "
-        "server was stopped and its GPU released. Start again to wait for a GPU, or pick a "
+        f"server was stopped and its GPU released.{kept} Start again to wait for a GPU, or pick a "
         "size that is not marked as borrowed."
     )

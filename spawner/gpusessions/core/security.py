@@ -11,7 +11,7 @@ that says otherwise (an image that must start as root) wins, as on the notebook 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +59,24 @@ class Contexts:
             out["supplementalGroups"] = list(self.supplemental_gids)
         out.update(self.pod)
         return out
+
+
+def contexts_of(get: Callable[[str], Any]) -> Contexts:
+    """The notebook's security settings from KubeSpawner's (`get(name)` reads one)."""
+
+    def num(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return Contexts(
+        uid=num(get("uid")),
+        gid=num(get("gid")),
+        fs_gid=num(get("fs_gid")),
+        supplemental_gids=ints(get("supplemental_gids")),
+        privileged=bool(get("privileged")),
+        allow_privilege_escalation=get("allow_privilege_escalation"),
+        container=dict(get("container_security_context") or {}),
+        pod=dict(get("pod_security_context") or {}),
+    )
 
 
 def ints(values: Sequence[Any] | None) -> tuple[int, ...]:

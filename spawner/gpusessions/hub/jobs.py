@@ -36,10 +36,8 @@ from gpusessions.core import labels as L
 from gpusessions.core import queues as Q
 from gpusessions.core import reclaim, scopes
 from gpusessions.core.claims import GPURequest
-from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.progress import Refused
 from gpusessions.core.requests import configured, profile_settings, request_from
-from gpusessions.core.security import Contexts, ints
 from gpusessions.hub import usercode
 from gpusessions.hub.base import GPUSessionsAPIHandler
 from gpusessions.hub.jobsettings import NotebookJobs
@@ -62,10 +60,6 @@ def _static_env(spawner: Any, setting: Any) -> dict[str, str]:
         if isinstance(v, str):
             env[k] = spawner._expand_all(v)
     return env
-
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _resources(setting: Any) -> Obj:
@@ -114,22 +108,7 @@ def settings_for(
         volume_mounts=tuple(mounts),
         env=_static_env(spawner, setting),
         resources=_resources(setting),
-        security=Contexts(
-            uid=_int(setting("uid")),
-            gid=_int(setting("gid")),
-            fs_gid=_int(setting("fs_gid")),
-            supplemental_gids=ints(setting("supplemental_gids")),
-            privileged=bool(setting("privileged")),
-            allow_privilege_escalation=setting("allow_privilege_escalation"),
-            container=dict(setting("container_security_context") or {}),
-            pod=dict(setting("pod_security_context") or {}),
-        ),
-        init_containers=usercode.init_containers(spawner, setting("init_containers")),
-        node_selector=dict(setting("node_selector") or {}),
-        tolerations=tuple(t for t in setting("tolerations") or () if isinstance(t, dict)),
-        affinity=affinity_of(setting),
-        image_pull_policy=setting("image_pull_policy") or None,
-        image_pull_secrets=pull_secrets(setting("image_pull_secrets")),
+        **usercode.pod_fields(spawner, setting),
         scheduler_name=sched.scheduler_name if sched else None,
         priority_class=priority,
         queue_labels=dict(sched.labels) if sched else {},

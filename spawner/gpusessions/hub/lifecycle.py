@@ -137,6 +137,8 @@ async def prepare(
         "profile": n.profile,
         "describe": request.describe(),
         "kernels": "1" if s.kernels is not None else "",
+        # ... and they park when the holder is deleted (a reclaim's notice says so).
+        "park": "1" if s.kernels is not None and s.kernels.park else "",
         "queue": queue or "",
         # When this start began: older Evict events of KAI are not about this session.
         "since": f"{time.time():.0f}",

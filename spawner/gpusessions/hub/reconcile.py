@@ -52,7 +52,7 @@ class EvictPolicy(Protocol):
         self, events: Iterable[Obj], namespace: str, pods: Iterable[str], since: float
     ) -> str | None: ...
 
-    def reclaim_notice(self, queue: str, by: str) -> str: ...
+    def reclaim_notice(self, queue: str, by: str, parked: bool = False) -> str: ...
 
 
 class HolderView(Protocol):
@@ -79,6 +79,7 @@ class Reconcile:
     queue: str = ""  # the scheduler queue saved at the start ("" : none)
     since: float = 0.0  # when the start began: older eviction events are not about this session
     kernels: bool = False  # the holder hosts the kernels (they go with a lost holder)
+    parks: bool = False  # ... and parks them when it is deleted (an eviction too)
     on_holder_loss: str = "recreate"
     evict_event_wait: float = 5.0
     # How long a lost holder's eviction event of the device-taint controller is waited for (it
@@ -175,6 +176,6 @@ class Reconcile:
             self.log.info("%s: holder gone, no Evict event of KAI for it", self.log_name)
             return False
         self.log.warning("%s: KAI took the GPU back for %s; releasing it", self.log_name, by)
-        self.notify(self.policy.reclaim_notice(self.queue, by))
+        self.notify(self.policy.reclaim_notice(self.queue, by, self.parks))
         await self.release()
         return True

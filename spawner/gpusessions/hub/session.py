@@ -461,13 +461,14 @@ class GPUSession:
         return allocated
 
     # -- release -----------------------------------------------------------------------
-    async def release(self, wait: bool = False) -> bool:
+    async def release(self, wait: bool = False, park: bool = True) -> bool:
         """Delete holder and claim (404 is fine). True if anything was there.
 
         The holder goes with its own grace period: with kept kernels and parking on, that is
         the park budget (the kernels' namespaces are saved to the user's home in it); the
-        claim stays until its last pod is gone (its delete-protection finalizer)."""
-        had_holder = await self.api.delete_pod(self.n.namespace, self.n.holder)
+        claim stays until its last pod is gone (its delete-protection finalizer). `park`
+        False (the user or server is deleted for good): at once, nothing parked."""
+        had_holder = await self.api.delete_pod(self.n.namespace, self.n.holder, None if park else 0)
         had_claim = await self.api.delete_claim(self.n.namespace, self.n.claim)
         # The gateway token goes with the session (404 when it never had one).
         await self.api.delete_secret(self.n.namespace, K.secret_name(self.n.holder))

@@ -35,7 +35,7 @@ from gpusessions.core.options import validate as validate_options
 from gpusessions.core.placement import affinity_of, pull_secrets
 from gpusessions.core.queues import QueuePolicy
 from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
-from gpusessions.hub import health, kernelsettings, lifecycle, notices
+from gpusessions.hub import health, kernelsettings, lifecycle, notices, parkcleanup
 from gpusessions.hub.admission import Admission
 from gpusessions.hub.picker import figures_for, render_form
 from gpusessions.hub.reconcile import Reconcile
@@ -347,8 +347,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             NP.schedule(pod, queued)
         if self._gpu_alloc is not None:
             alloc = self._gpu_alloc
-            parks = bool(self.park_kernels)
-            NP.add_gpu(pod, self.session_info(alloc), alloc.gateway_url, parks, self.park_expiry_days)
+            NP.add_gpu(pod, self.session_info(alloc), alloc.gateway_url, self._parking())
             pod.metadata.labels[L.CLAIM_LABEL] = L.label_value(self._names().claim)
         return pod
 
@@ -452,6 +451,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             queue=self._gpu_state.get("queue", ""),
             since=since,
             kernels=kernels,
+            parks=kernels and self._gpu_state.get("park") == "1",
             on_holder_loss=self._setting("on_holder_loss"),
             evict_event_wait=self.kai_evict_event_wait,
             # The shared watch answers "the holder is fine" without an API call.
@@ -497,6 +497,33 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         finally:
             self._creating_pod = False
 
+    def _parking(self) -> NP.Parking:
+        return NP.Parking(
+            on=bool(self.park_kernels),
+            timeout=int(self.park_timeout),
+            max_bytes=int(self.park_max_bytes),
+            expiry_days=float(self.park_expiry_days),
+        )
+
+    def _notebook_parks(self) -> bool:
+        """The notebook pod's own kernels park when it goes (a GPU session whose kernels are
+        not in the holder, with `park_kernels`)."""
+        return bool(
+            self.park_kernels and self._gpu_state.get("claim") and self._gpu_state.get("kernels") != "1"
+        )
+
+    async def _make_delete_pod_request(
+        self, pod_name: str, delete_options: Any, grace_seconds: int, request_timeout: float
+    ) -> Any:
+        """KubeSpawner deletes the notebook pod with `delete_grace_period` (1 s): a pod whose
+        kernels park gets its park budget instead (a forced stop, `now`, still gets 0)."""
+        if grace_seconds != 0 and not self._creating_pod and self._notebook_parks():
+            grace_seconds = max(int(grace_seconds or 0), K.park_grace(int(self.park_timeout)))
+            delete_options.grace_period_seconds = grace_seconds
+        return await super()._make_delete_pod_request(
+            pod_name, delete_options, grace_seconds, request_timeout
+        )
+
     async def stop(self, now: bool = False) -> None:
         if self._creating_pod:
             # KubeSpawner's start stops a notebook pod it finds in the way of its create (a
@@ -510,22 +537,28 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
         if self._gpu_state and not self._setting("keep_gpu_on_stop"):
             await self.release_gpu()
 
-    async def release_gpu(self) -> bool:
-        """Delete the holder and the claim (the GPU goes back to the pool). True if one existed."""
-        had = await self._session().release(wait=False)
+    async def release_gpu(self, park: bool = True) -> bool:
+        """Delete the holder and the claim (the GPU goes back to the pool). True if one existed.
+        `park` False: the holder goes at once, its kernels not parked (a deleted server's)."""
+        had = await self._session().release(wait=False, park=park)
         self._gpu_state = {}
         return had
 
     async def delete_forever(self) -> None:
-        # KubeSpawner deletes the user's PVC here (also when none exists); if that fails
-        # (a hub Role without persistentvolumeclaims delete, say) the GPU must still go back.
+        # A kept GPU's holder goes at once (nothing is parked for a deleted server), then the
+        # server's parks in the home (`parkcleanup`), then KubeSpawner's part: it deletes the
+        # user's PVC (also when none exists); if that fails (a hub Role without
+        # persistentvolumeclaims delete, say) the GPU and the parks must still go.
         try:
-            await super().delete_forever()
+            await self.release_gpu(park=False)
+            await parkcleanup.delete_parks(self)
         finally:
-            await self.release_gpu()
-            if not self.name and self.user is not None:  # the default server goes only with the user:
-                # so do the user's notebook jobs
-                await lifecycle.delete_user_jobs(self.config, self.namespace, self.user.name, self.log)
+            try:
+                await super().delete_forever()
+            finally:
+                if not self.name and self.user is not None:  # the default server goes only with
+                    # the user: so do the user's notebook jobs
+                    await lifecycle.delete_user_jobs(self.config, self.namespace, self.user.name, self.log)
 
     # -- state -------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

@@ -5,9 +5,28 @@ the cloud metadata server), as plain dicts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from gpusessions.core.placement import affinity_of, pull_secrets
+from gpusessions.core.security import contexts_of
+
 Obj = dict[str, Any]
+
+
+def pod_fields(spawner: Any, setting: Callable[[str], Any]) -> dict[str, Any]:
+    """What a pod running as the notebook does takes from its settings (`setting(name)` reads
+    one): security contexts, the user-code init containers and placement; the fields of
+    `core.jobs.JobSettings` and `core.parkcleanup.CleanupSettings` of those names."""
+    return {
+        "security": contexts_of(setting),
+        "init_containers": init_containers(spawner, setting("init_containers")),
+        "node_selector": dict(setting("node_selector") or {}),
+        "tolerations": tuple(t for t in setting("tolerations") or () if isinstance(t, dict)),
+        "affinity": affinity_of(setting),
+        "image_pull_policy": setting("image_pull_policy") or None,
+        "image_pull_secrets": pull_secrets(setting("image_pull_secrets")),
+    }
 
 
 def init_containers(spawner: Any, value: Any) -> tuple[Obj, ...]:
