@@ -339,6 +339,7 @@ class Replay:
         self.parks = base_policy(policy) == "park"
         self.homes = homes
         self.built: set[str] = set()  # users whose kernel state was built (a later start checks it)
+        self.restoring: set[str] = set()  # (d): users whose notebook the bench's client restores now
         self.restores: list[dict[str, Any]] = []  # per later start: seconds, kept or lost
         self.activity_every = activity_every
         self.hub, self.api, self.ns, self.uuids, self.load_file = hub, api, namespace, uuids, load_file
@@ -397,10 +398,11 @@ class Replay:
                     alloc = (claim.get("status") or {}).get("allocation") or {}
                     results = alloc.get("devices", {}).get("results")
                     uuid = self.uuids.get((results[0]["pool"], results[0]["device"]), "") if results else ""
+                    with self.lock:
+                        self.state[user].uuid = uuid
                     restore_s = self.restore(user) if self.parks else 0.0
                     with self.lock:
                         self.state[user].up = True
-                        self.state[user].uuid = uuid
                     wait = self._wait(user, why, want, self.gpu_seen.get(user, got), got)
                     wait["restore_seconds"] = round(restore_s, 2)
                     wait["total_hours"] = round(wait["total_hours"] + restore_s / 3600, 4)
@@ -423,19 +425,29 @@ class Replay:
         """(d): the user opens their notebook (its kernel restored from the park, when there is
         one) and finds their variables, or builds them at the first start. Real seconds from the
         server's ready to the state checked (the restore, the kernel's start), counted in the
-        user's waiting at that length; each later start's check is recorded (kept or lost)."""
+        user's waiting at that length; each later start's check is recorded (kept or lost), and a
+        check that could not run says why (`error`): a bench failure, reported.
+
+        Meanwhile the user's GPU reads busy (the restore fills it): the client's seconds are real
+        ones, which the compression would otherwise turn into minutes of an idle GPU, past the
+        culler's shortest rule (GPU idle 2 min while someone waits: 2 s here). A restore of this
+        state takes about as long on a real cluster, where that rule is 120 real seconds away; in
+        the fifth round every check that did not run was a cull in that window."""
         t0 = time.monotonic()
         rec: dict[str, Any] = {"user": user, "at": round(self.sim(), 3)}
+        with self.lock:
+            self.restoring.add(user)
+        self.push_load()
         try:
             base = f"/user/{user}"
-            self._nb("GET", f"{base}/api/sessions")  # the restore runs at kernel adoption
+            deadline = time.monotonic() + 240
+            self._nb_json("GET", f"{base}/api/sessions", deadline)  # the restore runs at adoption
             state: Any = None
-            deadline = time.monotonic() + 180
-            while not self.done.is_set() and time.monotonic() < deadline:
-                code, state = self._nb("GET", f"{base}/gpusessions/restore")
-                if code != 200 or (state or {}).get("state") not in ("restoring", "pending"):
+            while time.monotonic() < deadline:
+                state = self._nb_json("GET", f"{base}/gpusessions/restore", deadline)
+                if (state or {}).get("state") not in ("restoring", "pending"):
                     break
-                self.done.wait(0.2)
+                self._pause(user, 0.2)
             rec["restore_state"] = (state or {}).get("state")
             body = {
                 "path": PARK_NOTEBOOK,
@@ -443,43 +455,85 @@ class Replay:
                 "type": "notebook",
                 "kernel": {"name": "python3"},
             }
-            code, sess = self._nb("POST", f"{base}/api/sessions", body)
-            if code not in (200, 201):
-                raise RuntimeError(f"POST {base}/api/sessions: {code}")
+            sess = self._nb_json("POST", f"{base}/api/sessions", deadline, body)
             kid = sess["kernel"]["id"]
+            rec["kernel"] = kid
             if user in self.built:
-                out = execute(self.hub.url, user, kid, self.hub.token, PARK_CHECK, timeout=120).strip()
+                out = self._run_cell(user, kid, PARK_CHECK, deadline).strip()
                 rec["kept"] = out == "kept"
                 if out != "kept":  # lost: the user builds it again
-                    execute(self.hub.url, user, kid, self.hub.token, PARK_STATE, timeout=120)
+                    self._run_cell(user, kid, PARK_STATE, deadline)
             else:
-                execute(self.hub.url, user, kid, self.hub.token, PARK_STATE, timeout=120)
+                self._run_cell(user, kid, PARK_STATE, deadline)
                 self.built.add(user)
                 rec["first"] = True
-        except Exception as e:  # recorded: neither kept nor lost is known
+        except Exception as e:  # recorded: neither kept nor lost is known (a bench failure)
             rec["error"] = f"{type(e).__name__}: {e}"[:300]
             self.errors.append(f"restore {user}: {rec['error']}")
+        finally:
+            with self.lock:
+                self.restoring.discard(user)
+            self.push_load()
         rec["seconds"] = round(time.monotonic() - t0, 2)
         self.restores.append(rec)
         return time.monotonic() - t0
 
-    def _nb(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """A request to the user's notebook server through the proxy (the bench's admin token)."""
+    def _server_up(self, user: str) -> bool:
+        """The hub still has the user's server running (not stopped or culled meanwhile)."""
+        m = self.servers.get(user) or {}
+        return bool(m.get("ready")) and m.get("pending") != "stop"
+
+    def _pause(self, user: str, seconds: float) -> None:
+        """Wait a little before asking again; the trace's end or the server's stop end the wait."""
+        if self.done.wait(seconds):
+            raise RuntimeError("the trace ended during the check")
+        if not self._server_up(user):
+            raise RuntimeError("the server was stopped during the check")
+
+    def _nb_json(self, method: str, path: str, deadline: float, body: Any = None) -> Any:
+        """A request to the user's notebook server through the proxy (the bench's admin token),
+        its JSON answer; asked again while the server is up but does not answer it yet (the
+        proxy's 502/503 or the hub's page while its route is set, a 5xx of the server's start)."""
         import urllib.error
         import urllib.request
 
-        req = urllib.request.Request(
-            self.hub.url + path,
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"token {self.hub.token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                raw = r.read()
-                return r.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as e:
-            return e.code, None
+        user = path.split("/")[2]
+        why = ""
+        while time.monotonic() < deadline:
+            req = urllib.request.Request(
+                self.hub.url + path,
+                method=method,
+                data=None if body is None else json.dumps(body).encode(),
+                headers={"Authorization": f"token {self.hub.token}", "Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    raw = r.read()
+                    if "json" in r.headers.get("Content-Type", ""):
+                        return json.loads(raw) if raw else None
+                    why = f"{r.status} {r.headers.get('Content-Type')} (not the server's answer)"
+            except urllib.error.HTTPError as e:
+                if e.code < 500 and e.code != 404:
+                    raise RuntimeError(f"{method} {path}: {e.code}") from None
+                why = f"{e.code}"
+            except (urllib.error.URLError, OSError, ValueError) as e:
+                why = f"{type(e).__name__}: {e}"
+            self._pause(user, 0.3)
+        raise RuntimeError(f"{method} {path}: no answer in time ({why})")
+
+    def _run_cell(self, user: str, kid: str, code: str, deadline: float) -> str:
+        """Run a cell in the kernel while it exists (GET .../api/kernels/<id>); a websocket that
+        closes before the reply while the server is still up is opened again (the cell is only
+        sent again when no reply came). The cell's stdout."""
+        while True:
+            self._nb_json("GET", f"/user/{user}/api/kernels/{kid}", deadline)  # it exists
+            try:
+                return execute(self.hub.url, user, kid, self.hub.token, code, timeout=120)
+            except (ConnectionError, OSError) as e:
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"the kernel's channels: {e}") from None
+                self.errors.append(f"restore {user}: the kernel's channels closed, again: {e}")
+            self._pause(user, 0.3)
 
     def park_records(self) -> list[dict[str, Any]]:
         """(d): every park the holders wrote (restored ones are moved aside, kept): status, seconds."""
@@ -656,8 +710,8 @@ class Replay:
             with self.lock:
                 load = {
                     st.uuid: {"activity": 90, "processes": 1, "memory_used_mib": 4096}
-                    for st in self.state.values()
-                    if st.up and st.gpu and st.uuid
+                    for u, st in self.state.items()
+                    if st.uuid and ((st.up and st.gpu) or u in self.restoring)
                 }
             text = json.dumps(load, sort_keys=True)
             if text != self._load:
@@ -894,6 +948,8 @@ class Replay:
             "restores_checked": sum("kept" in r for r in later),
             "restores_kept": sum(r.get("kept") is True for r in later),
             "restores_unknown": sum("error" in r for r in later),
+            "checks": len(self.restores),
+            "checks_not_run": sum("error" in r for r in self.restores),
             "restore_seconds_median": round(statistics.median(restore_s), 2) if restore_s else 0.0,
             "restore_seconds_max": round(max(restore_s), 2) if restore_s else 0.0,
             "restore_log": self.restores,
@@ -1341,6 +1397,8 @@ def main() -> int:
         ("restores_checked", "(d) later starts that checked the state"),
         ("restores_kept", "(d) ... of which found it (restored)"),
         ("restores_unknown", "(d) later starts whose check failed to run"),
+        ("checks", "(d) kernel checks (every start: build or check)"),
+        ("checks_not_run", "(d) ... of which did not run (a bench failure)"),
         ("restore_seconds_median", "(d) ready to state checked at a later start, median (real s)"),
         ("culls_of_busy_gpus", "culled while the GPU was in use (at the stop request)"),
         (
@@ -1369,9 +1427,17 @@ def main() -> int:
             cells = ["-" if v is None else f"{v:.2f}" for v in r.values()]
             print(f"| {name} | " + " | ".join(cells) + " |")
     print(f"\nrerun: .venv/bin/python {cmd}")
+    # A kernel check that did not run is the bench's failure (its state is neither kept nor
+    # lost): reported, with why, and the run fails.
+    not_run = {p: r["checks_not_run"] for p, r in results.items() if r.get("checks_not_run")}
+    out["bench_failures"] = {p: [c for c in results[p]["restore_log"] if "error" in c] for p in not_run}
+    for p, n in not_run.items():
+        print(f"bench_idle: FAILURE: {label(p)}: {n} of {results[p]['checks']} kernel checks did not run:")
+        for c in out["bench_failures"][p]:
+            print(f"  {c['user']} at {c['at']} h: {c['error']}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
-    return 1 if missing else 0
+    return 1 if missing or not_run else 0
 
 
 if __name__ == "__main__":

@@ -166,3 +166,60 @@ def test_kernels_parked_together_keep_within_what_is_left(tmp_path: Path) -> Non
     assert not (folder / "k1").exists() and (folder / "k2").exists()
     assert json.dumps(kernels)  # the record stays JSON
     assert os.path.isdir(folder)
+
+
+def test_a_park_during_the_restore_keeps_the_park_and_the_next_start_restores_it(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27 (the replay's lost states): the server is stopped (a reclaim) while its restore is
+    filling a new kernel. The park that comes keeps the earlier park pending (not set aside for one
+    of the half-filled kernel), the start's sessions lose the notebook's row meanwhile, and the next
+    start restores every value into a kernel the notebook is attached to again."""
+
+    async def run() -> None:
+        km, sm = managers(home)
+        kid = await km.start_kernel(kernel_name="python3")
+        await sm.save_session(
+            str(uuid.uuid4()), path="work/a.ipynb", name="a.ipynb", type="notebook", kernel_id=kid
+        )
+        assert (await execute(km, kid, BUILD)).strip() == "built"
+        await km.shutdown_all()
+        folder = R.park_dir("_default")
+
+        km2, sm2 = managers(home)
+        filling, go_on = asyncio.Event(), asyncio.Event()
+        real_run = km2._run
+
+        async def held_restore(kernel_id: str, source: str, mime: str, timeout: float) -> dict[str, Any]:
+            filling.set()
+            await go_on.wait()  # the reclaim comes while the restore fills the kernel
+            return await real_run(kernel_id, source, mime, timeout)
+
+        monkeypatch.setattr(km2, "_run", held_restore)
+        first = asyncio.create_task(km2.list_kernels())
+        await asyncio.wait_for(filling.wait(), 60)
+        [target] = km2.list_kernel_ids()
+        [k] = R.read_record(folder)["kernels"]  # type: ignore[index]
+        assert (k["restore"]["kernel"], k["restore"]["state"]) == (target, "restoring"), k
+        await km2.shutdown_all()  # the server stops: its park comes now
+        go_on.set()
+        await asyncio.wait_for(first, 60)
+        assert await sm2.list_sessions() == []  # the notebook's row went with the dead kernel
+        record = R.read_record(folder)
+        assert record is not None and record["complete"]
+        [k] = record["kernels"]
+        assert (k["id"], k["status"], k["tried"], k["paths"]) == (kid, "parked", [target], ["work/a.ipynb"])
+        assert "restore" not in k  # pending again
+        assert not list(folder.parent.glob("_default.unrestored-*"))  # nothing set aside
+        assert km2.restore.status()["state"] == "pending"
+
+        km3, sm3 = managers(home)
+        [session] = await sm3.list_sessions()
+        new = session["kernel"]["id"]
+        assert session["path"] == "work/a.ipynb" and new in km3 and new not in (kid, target)
+        assert km3.restore.status()["state"] == "restored", km3.restore.status()
+        out = await execute(km3, new, "print(a.sum() == np.arange(200_000).sum(), p.x, isinstance(p, Point))")
+        assert out.split() == ["True", "3", "True"]
+        await end(km3)
+
+    asyncio.run(run())

@@ -90,35 +90,54 @@ async def park_kernels(
         return None
     server = R.server_key(env)
     folder = R.park_dir(server)
-    aside = R.set_aside(folder)
-    if aside is not None:
-        say(f"an earlier park was set aside, not deleted: {aside}")
-    R.private_dir(folder)
     if paths is None:
         paths = R.paths_by_kernel(R.state_dir(env) / "sessions.db")
     limit = int(number(env, "GPUSESSIONS_PARK_MAX_BYTES", PARK_MAX_BYTES))
-    held = R.held_bytes(server)
-    left = max(limit - held, 0)
-    record: Obj = {
-        "version": R.VERSION,
-        "server": server,
-        "parked_at": time.time(),
-        "trigger": trigger,
-        "budget_seconds": budget,
-        "limit_bytes": limit,
-        "held_bytes": held,
-        "kernels": [
+    with R.locked(folder):
+        # A park whose restore has not finished (a reclaim while the next start restores it, or a
+        # restore that brought nothing back) is not set aside for this one: its kernels stay parked
+        # here, pending again, and the kernels its restore was filling (a part of that state) are
+        # not parked over them. Anything else already there (a park told lost) is set aside.
+        earlier = R.read_record(folder)
+        carried = R.carry_over(earlier)
+        partial = R.restore_targets(earlier)
+        if carried:
+            say(
+                f"{len(carried)} kernel(s) of the park from {earlier.get('parked_at') if earlier else '?'} "
+                "were not restored yet: they stay parked"
+            )
+            if partial & {m["id"] for m in models}:
+                say(f"not parked: {', '.join(sorted(partial))} (restoring from that park when the stop came)")
+            models = [m for m in models if m["id"] not in partial]
+        else:
+            aside = R.set_aside(folder)
+            if aside is not None:
+                say(f"an earlier park was set aside, not deleted: {aside}")
+        R.private_dir(folder)
+        held = R.held_bytes(server) + R.kernel_bytes(folder, [str(k["id"]) for k in carried])
+        left = max(limit - held, 0)
+        fresh = [
             {"id": m["id"], "name": m.get("name", ""), "paths": paths.get(m["id"], []), "status": "parking"}
             for m in models
-        ],
-        "complete": False,
-    }
-    # Written first: a park cut off by SIGKILL still leaves its record (status "parking").
-    R.write_record(folder, record)
+        ]
+        record: Obj = {
+            "version": R.VERSION,
+            "server": server,
+            "park": R.new_token(),
+            "parked_at": time.time(),
+            "trigger": trigger,
+            "budget_seconds": budget,
+            "limit_bytes": limit,
+            "held_bytes": held,
+            "kernels": carried + fresh,
+            "complete": False,
+        }
+        # Written first: a park cut off by SIGKILL still leaves its record (status "parking").
+        R.write_record(folder, record)
     try:
         code = R.park_code(env)
     except Exception as e:  # the park package is missing or broken: say so in the record
-        for k in record["kernels"]:
+        for k in fresh:
             k.update(status="failed", error=f"the park code could not be loaded: {e}")
         R.finish_record(folder, {**record, "seconds": time.monotonic() - started})
         say(f"could not load the park code: {e}")
@@ -148,18 +167,19 @@ async def park_kernels(
         k["seconds"] = round(time.monotonic() - t0, 3)
         R.make_private(kdir)
 
-    await asyncio.gather(*(one(k, m) for k, m in zip(record["kernels"], models, strict=True)))
-    enforce_limit(folder, record["kernels"], limit, held)
+    await asyncio.gather(*(one(k, m) for k, m in zip(fresh, models, strict=True)))
+    enforce_limit(folder, fresh, limit, held)
     record["seconds"] = round(time.monotonic() - started, 3)
     record["complete"] = all(k["status"] == "parked" for k in record["kernels"])
     R.finish_record(folder, record)
-    for k in record["kernels"]:
+    for k in fresh:
         lost = [n.get("name") for n in (k.get("report") or {}).get("not_saved") or [] if isinstance(n, dict)]
         say(
             f"kernel {k['id']} ({k['name']}): {k['status']} in {k['seconds']:.1f} s"
             + (f"; not saved: {', '.join(map(str, lost))}" if lost else "")
             + (f"; {k['error']}" if k.get("error") else "")
         )
-    done = sum(k["status"] == "parked" for k in record["kernels"])
-    say(f"parked {done} of {len(record['kernels'])} kernel(s) in {record['seconds']:.1f} s into {folder}")
+    done = sum(k["status"] == "parked" for k in fresh)
+    kept = f" ({len(carried)} not restored yet kept parked beside them)" if carried else ""
+    say(f"parked {done} of {len(fresh)} kernel(s){kept} in {record['seconds']:.1f} s into {folder}")
     return record

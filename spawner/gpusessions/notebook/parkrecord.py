@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import importlib
 import json
 import os
@@ -26,6 +27,8 @@ import re
 import shutil
 import sqlite3
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -121,6 +124,58 @@ def unrestored(record: Obj | None) -> list[Obj]:
     ]
 
 
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """The record's lock (`<parked>/.<server>.lock`, flock): a park (the holder's supervisor, or
+    the stopping notebook server) and a restore (the next notebook server) of one server read and
+    write one record, and may run at the same time (a reclaim during a restore)."""
+    private_dir(folder.parent)
+    fd = os.open(folder.parent / f".{folder.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def new_token() -> str:
+    """Each park's own mark in its record (`park`): a restore that finds another one there
+    knows a newer park took the record over while it ran, and leaves it alone."""
+    return uuid.uuid4().hex
+
+
+def restore_targets(record: Obj | None) -> set[str]:
+    """The new kernels a restore of this record was filling and did not finish: their state is
+    partial (the park still holds the whole of it)."""
+    out: set[str] = set()
+    for k in unrestored(record):
+        target = (k.get("restore") or {}).get("kernel")
+        if target:
+            out.add(str(target))
+    return out
+
+
+def carry_over(record: Obj | None) -> list[Obj]:
+    """A park's kernels that were never restored (the restore runs now, was cut off by a reclaim,
+    or brought nothing back), for a newer park of the same server: they stay parked, pending
+    again, with the kernels their restores were filling (`tried`: their sessions are theirs)."""
+    out = []
+    for k in unrestored(record):
+        tried = [str(t) for t in k.get("tried") or []]
+        target = (k.get("restore") or {}).get("kernel")
+        if target and str(target) not in tried:
+            tried.append(str(target))
+        entry = {key: v for key, v in k.items() if key != "restore"}
+        entry.update(tried=tried, carried_from=(record or {}).get("parked_at"))
+        out.append(entry)
+    return out
+
+
+def kernel_bytes(folder: Path, kernel_ids: list[str]) -> int:
+    """What these kernels' saved files hold."""
+    return sum(_tree_bytes(folder / k) for k in kernel_ids if KERNEL_ID.match(k))
+
+
 def set_aside(folder: Path) -> Path | None:
     """A park folder already there (a newer park comes): renamed, never deleted."""
     if not folder.exists():
@@ -147,15 +202,31 @@ def paths_by_kernel(db: Path) -> dict[str, list[str]]:
     return out
 
 
-def remap(db: Path, old: str, new: str) -> int:
-    """Point the sessions of kernel `old` at kernel `new` (JupyterLab re-attaches the open
-    notebooks to the restored kernel); the number of sessions moved."""
-    if not db.exists():
+def remap(
+    db: Path, old: str, new: str, paths: list[str] | None = None, tried: list[str] | None = None
+) -> int:
+    """Point the sessions of kernel `old` (and of the kernels earlier restores of it were filling,
+    `tried`) at kernel `new`, and give each notebook path the park recorded that lost its session
+    meanwhile (a start whose restore a reclaim cut off answered without that kernel) a session on
+    `new` again: JupyterLab re-attaches the open notebooks to the restored kernel. The number of
+    sessions moved or made."""
+    if not db.exists() and (not paths or not db.parent.is_dir()):
         return 0
     con = sqlite3.connect(str(db), timeout=5)
     try:
         with con:
-            return con.execute("UPDATE session SET kernel_id=? WHERE kernel_id=?", (new, old)).rowcount
+            con.execute("CREATE TABLE IF NOT EXISTS session (session_id, path, name, type, kernel_id)")
+            moved = 0
+            for kid in [old, *(tried or [])]:
+                moved += con.execute("UPDATE session SET kernel_id=? WHERE kernel_id=?", (new, kid)).rowcount
+            for path in paths or []:
+                if con.execute("SELECT 1 FROM session WHERE path=?", (path,)).fetchone() is None:
+                    con.execute(
+                        "INSERT INTO session VALUES (?, ?, ?, ?, ?)",
+                        (str(uuid.uuid4()), path, os.path.basename(path), "notebook", new),
+                    )
+                    moved += 1
+            return moved
     except sqlite3.Error:
         return 0
     finally:

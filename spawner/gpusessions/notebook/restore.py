@@ -185,6 +185,7 @@ class Restore:
         self.db = R.state_dir(self.env) / "sessions.db"
         self.remapped: dict[str, str] = {}  # old kernel id -> restored kernel id
         self.state: Obj = {"state": "none"}
+        self._moved: dict[str, str] = {}  # where a park restored in full was moved
 
     def pending(self, present: set[str]) -> list[Obj]:
         """Parked kernels to restore: none while the gateway still has any of them."""
@@ -210,7 +211,7 @@ class Restore:
             return
         if not todo:  # nothing came back: the loss is what there is to tell
             self._tell_lost(record)
-            R.write_record(self.folder, record)
+            self._write_if_current(record)
             self.state = summary(record, "failed")
             self.log.warning("gpusessions: %s", self.state["message"])
             return
@@ -240,6 +241,10 @@ class Restore:
             try:
                 kid = await start(str(k.get("name") or "python3"))
                 out["kernel"] = kid
+                # Said in the record before the kernel is filled: a park that comes meanwhile (a
+                # reclaim during this start) keeps this park and does not park that kernel over it.
+                k_rec["restore"] = {**out, "state": "restoring"}
+                self._write_if_current(record)
                 source = code.restore_source(str(self.folder / k["id"]))
                 report = await runner(kid, source, code.MIME, deadline - time.monotonic())
                 out["report"] = report
@@ -251,7 +256,7 @@ class Restore:
                 out["error"] = f"{type(e).__name__}: {e}" if not isinstance(e, KernelRunError) else str(e)
             out["seconds"] = round(time.monotonic() - t0, 3)
             if out.get("kept") and kid:
-                moved = R.remap(self.db, k["id"], kid)
+                moved = R.remap(self.db, k["id"], kid, list(k.get("paths") or []), list(k.get("tried") or []))
                 out["sessions"] = moved
                 self.remapped[k["id"]] = kid
             elif kid:
@@ -295,14 +300,36 @@ class Restore:
             for tmp in self.folder.glob(f".{k.get('id')}.parking-*"):
                 shutil.rmtree(tmp, ignore_errors=True)
 
+    def _write_if_current(self, record: Obj, then: Callable[[], None] | None = None) -> bool:
+        """Write the record (and run `then`, under the same lock) unless a newer park took it
+        over while this restore ran (its `park` mark differs): that park keeps this one's
+        kernels parked, and this restore leaves the record and the folder to it."""
+        with R.locked(self.folder):
+            now = R.read_record(self.folder)
+            if now is not None and now.get("park") != record.get("park"):
+                self.log.warning(
+                    "gpusessions: the server was parked again while its restore ran: the parked "
+                    "session stays parked for the next start"
+                )
+                return False
+            R.write_record(self.folder, record)
+            if then is not None:
+                then()
+            return True
+
     def _finish(self, record: Obj) -> None:
         self._tell_lost(record)
         parked = [k for k in record.get("kernels") or [] if isinstance(k, dict)]
         done = all(_kept(k) for k in parked if k.get("status") not in UNPARKED)
         state = "restored" if done and any(_kept(k) for k in parked) else "failed"
         record["restored_at"] = time.time() if state == "restored" else None
-        R.write_record(self.folder, record)
+        moved = (lambda: self._keep_last(record)) if state == "restored" else None
+        if not self._write_if_current(record, moved):
+            self.state = summary(record, "pending")
+            return
         self.state = summary(record, state)
+        if "folder" in self._moved:
+            self.state["folder"] = self._moved["folder"]
         for k in self.state["kernels"]:
             self.log.info(
                 "gpusessions: parked kernel %s (%s): %s in %ss%s",
@@ -312,8 +339,6 @@ class Restore:
                 k["seconds"],
                 f"; not kept: {', '.join(k['not_kept'])}" if k["not_kept"] else "",
             )
-        if state == "restored":
-            self._keep_last(record)
         self.log.info("gpusessions: %s", self.state["message"])
 
     def _keep_last(self, record: Obj) -> None:
@@ -323,7 +348,7 @@ class Restore:
             for old in self.folder.parent.glob(f"{self.folder.name}.restored-*"):
                 shutil.rmtree(old, ignore_errors=True)
             self.folder.rename(target)
-            self.state["folder"] = str(target)
+            self._moved["folder"] = str(target)
         except OSError as e:
             self.log.warning("gpusessions: could not move the restored park %s: %s", self.folder, e)
 
