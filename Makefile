@@ -139,7 +139,7 @@ screenshots: venv labextension node-deps browser-deps devcluster-build
 
 # The agent on this machine's real NVML (read-only); one line and exit 1 without an NVIDIA GPU.
 gpu-check: venv
-	@$(BIN)/python -m gpusessions.agent.gpucheck
+	@$(BIN)/python -m gpusessions.agent.gpucheck --park-dir $(CACHE)/gpu-check
 	@$(BIN)/python -m pytest -m gpu tests/gpu -q
 
 # Parking's torch tests (tests/unit/test_park_torch.py): torch from PyPI (the CUDA wheel and its

@@ -2,7 +2,8 @@
 
     .venv/bin/python tests/bench/bench_idle.py [--profile workday|notebook] [--trace FILE]
         [--write-trace FILE] [--users N] [--hours H] [--slots N] [--scale S] [--seed N]
-        [--policies none,hub-activity,gpusessions] [--json out.json]
+        [--policies none,hub-activity,gpusessions,park] [--park-variant NAME:FIELD=HOURS,...]
+        [--json out.json]
 
 The trace (idletrace.py: every parameter and its default there) is generated from a profile,
 `workday` (8 users, 8 hours, 3 MIG slices, 20 s per simulated hour) or `notebook` (calibrated
@@ -18,7 +19,14 @@ policy, in this order:
   service: it reads only the server's `last_activity` and stops servers idle past `--timeout`,
   with no GPU awareness and no warning;
 - (c) gpusessions: our culler (`python -m gpusessions.culler`, via `configure_culler`), which
-  reads GPU activity from each holder's agent (on the simulated NVML) as well.
+  reads GPU activity from each holder's agent (on the simulated NVML) as well;
+- (d) park: our culler with parking on (issue 27): the users' kernels live in the holder
+  (`persist_kernels`, `park_kernels`), which parks them when it goes, so the culler applies its
+  parking rules (the claims say they park; `--park-*`, policy.PARKING). Each user opens a
+  notebook at every start: the first builds a small state in its kernel (an 8 MiB numpy array
+  and a number), every later one checks it, after the restore a cull's park makes: a real
+  park and restore, through the hub's proxy; the seconds from the server's ready to the state
+  checked count in the user's waiting at their real length.
 
 (a) and (b) model the usual setup, a GPU that goes when the server stops (the profile's
 `keep_gpu_on_stop` is off); (c) runs gpusessions' defaults (a stopped server's GPU is kept for
@@ -51,7 +59,10 @@ Measured per policy, over the trace's span only (after it the replay stops):
   while a warning stands answers it before doing anything else (the notice stands until
   answered); a Keep the hub refuses because the culler's stop has begun means the server is
   going: the user starts it again instead of working on it;
-- lost work: GPU jobs culled while busy (count, and the GPU-hours the job had run).
+- lost work: GPU jobs culled while busy (count, and the GPU-hours the job had run);
+- sessions whose state was lost: in (b) and (c) every cull (the kernels end with the server);
+  in (d) a later start that did not find the state, and every park the holder recorded as
+  incomplete (failed or over its time).
 """
 
 from __future__ import annotations
@@ -86,13 +97,32 @@ import idletrace  # noqa: E402
 from idletrace import PUBLISHED, Session, TraceError, TraceParams  # noqa: E402
 
 from gpusessions.core.labels import KEEP_UNTIL, WARNED_AT  # noqa: E402
+from gpusessions.culler.policy import PARKING  # noqa: E402
 
-POLICIES = ("none", "hub-activity", "gpusessions")
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+from kerneltools import execute  # noqa: E402
+
+POLICIES = ("none", "hub-activity", "gpusessions", "park")
 LABEL = {
     "none": "(a) no culling",
     "hub-activity": "(b) hub-activity culling",
     "gpusessions": "(c) our culler",
+    "park": "(d) our culler, parking",
 }
+# (d): the user's kernel state, built at the first start and checked at every later one (the
+# holder parks it when it goes, the next start restores it): a small state, real park and restore.
+PARK_NOTEBOOK = "bench.ipynb"
+PARK_STATE = (
+    "import numpy as np\n"
+    "bench_arr = np.arange(1 << 20, dtype=np.float64)\n"  # 8 MiB
+    "bench_answer = 42\n"
+    "print('built')"
+)
+PARK_CHECK = (
+    "g = globals()\n"
+    "ok = g.get('bench_answer') == 42 and 'bench_arr' in g and float(bench_arr[-1]) == (1 << 20) - 1\n"
+    "print('kept' if ok else 'lost')"
+)
 
 
 # --- the hubs ------------------------------------------------------------------------------
@@ -108,7 +138,8 @@ c.KubeSpawner.image = "quay.io/jupyterhub/singleuser:5"
 c.KubeSpawner.start_timeout = 3600
 c.KubeSpawner.http_timeout = 120
 c.GPUSessionSpawner.gpu_allocation_timeout = 3600
-c.GPUSessionSpawner.persist_kernels = False
+c.GPUSessionSpawner.persist_kernels = {persist!r}
+c.GPUSessionSpawner.park_kernels = {persist!r}
 c.GPUSessionSpawner.gpu_keep_extension = {keep_extension!r}
 c.GPUSessionSpawner.agent_interval = {agent_interval!r}
 c.KubeSpawner.profile_list = [{{
@@ -159,16 +190,24 @@ class Limits:
     gpu_idle_contended: float = 1 / 30  # (c) --gpu-idle-limit-contended: our default, 2 min
     keep_contended: float = 1 / 12  # (c) --keep-contended: our default, 5 min
     keep_extension: float = 4.0  # "Keep my GPU" holds the culler off this long: the spawner's default
+    # (d): the culler's rules for sessions that park (--park-*), our defaults (policy.PARKING)
+    park_gpu_idle: float = PARKING["gpu_idle_limit"] / 3600
+    park_idle: float = PARKING["idle_limit"] / 3600
+    park_stopped_keep: float = PARKING["stopped_keep"] / 3600
+    park_warn_before: float = PARKING["warn_before"] / 3600
+    park_keep_limit: float = PARKING["keep_limit"] / 3600
+    park_keep_contended: float = PARKING["keep_contended"] / 3600
 
 
 def base_policy(policy: str) -> str:
-    """none, hub-activity or gpusessions (a variant "gpusessions:NAME" is our culler)."""
+    """none, hub-activity, gpusessions or park (a variant "gpusessions:NAME" is our culler,
+    "park:NAME" our culler with parking)."""
     return policy.split(":", 1)[0]
 
 
 def label(policy: str) -> str:
     if ":" in policy:
-        return f"(c) {policy.split(':', 1)[1]}"
+        return f"({'d' if base_policy(policy) == 'park' else 'c'}) {policy.split(':', 1)[1]}"
     return LABEL[policy]
 
 
@@ -185,7 +224,8 @@ def hub_config(
     cfg = HUB.format(
         namespace=namespace,
         selector=selector,
-        keep=policy == "gpusessions",
+        keep=policy in ("gpusessions", "park"),
+        persist=policy == "park",
         keep_extension=limits.keep_extension * scale,
         agent_interval=agent_interval,
     )
@@ -195,7 +235,7 @@ def hub_config(
         timeout = max(1, round(limits.idle * scale))
         every = max(1, round(limits.cull_every * scale))
         cfg += IDLE_CULLER.format(timeout=timeout, every=every)
-    elif policy == "gpusessions":
+    elif policy in ("gpusessions", "park"):
         args = [
             "--interval",
             f"{max(0.25, limits.interval * scale):g}",
@@ -216,6 +256,21 @@ def hub_config(
             "--orphan-grace",
             "3",
         ]
+        if policy == "park":  # the claims say they park: the culler's parking rules apply
+            args += [
+                "--park-gpu-idle-limit",
+                f"{limits.park_gpu_idle * scale:g}",
+                "--park-idle-limit",
+                f"{limits.park_idle * scale:g}",
+                "--park-stopped-keep",
+                f"{limits.park_stopped_keep * scale:g}",
+                "--park-warn-before",
+                f"{limits.park_warn_before * scale:g}",
+                "--park-keep-limit",
+                f"{limits.park_keep_limit * scale:g}",
+                "--park-keep-contended",
+                f"{limits.park_keep_contended * scale:g}",
+            ]
         cfg += OUR_CULLER.format(port=free_port(), args=args)
     return cfg
 
@@ -276,8 +331,15 @@ class Replay:
         load_file: LoadFile,
         owned: set[str],
         jobs_home: Path | None = None,
+        homes: Path | None = None,
     ) -> None:
         self.policy, self.trace, self.span, self.scale = policy, trace, span, scale
+        # (d): the users' kernels live in the holder, which parks them when it goes; `homes`: the
+        # users' home folders (where the parks are), to read the park records at the end.
+        self.parks = base_policy(policy) == "park"
+        self.homes = homes
+        self.built: set[str] = set()  # users whose kernel state was built (a later start checks it)
+        self.restores: list[dict[str, Any]] = []  # per later start: seconds, kept or lost
         self.activity_every = activity_every
         self.hub, self.api, self.ns, self.uuids, self.load_file = hub, api, namespace, uuids, load_file
         self.owned = owned  # the UUIDs of this replay's slots (its entries in the load file)
@@ -335,10 +397,14 @@ class Replay:
                     alloc = (claim.get("status") or {}).get("allocation") or {}
                     results = alloc.get("devices", {}).get("results")
                     uuid = self.uuids.get((results[0]["pool"], results[0]["device"]), "") if results else ""
+                    restore_s = self.restore(user) if self.parks else 0.0
                     with self.lock:
                         self.state[user].up = True
                         self.state[user].uuid = uuid
-                    self.waits.append(self._wait(user, why, want, self.gpu_seen.get(user, got), got))
+                    wait = self._wait(user, why, want, self.gpu_seen.get(user, got), got)
+                    wait["restore_seconds"] = round(restore_s, 2)
+                    wait["total_hours"] = round(wait["total_hours"] + restore_s / 3600, 4)
+                    self.waits.append(wait)
                     return True
                 idle = not m or (not m.get("pending") and not m.get("ready"))
                 if idle and time.monotonic() - posted > 3:
@@ -352,6 +418,87 @@ class Replay:
         finally:
             with self.lock:
                 self.starting.discard(user)
+
+    def restore(self, user: str) -> float:
+        """(d): the user opens their notebook (its kernel restored from the park, when there is
+        one) and finds their variables, or builds them at the first start. Real seconds from the
+        server's ready to the state checked (the restore, the kernel's start), counted in the
+        user's waiting at that length; each later start's check is recorded (kept or lost)."""
+        t0 = time.monotonic()
+        rec: dict[str, Any] = {"user": user, "at": round(self.sim(), 3)}
+        try:
+            base = f"/user/{user}"
+            self._nb("GET", f"{base}/api/sessions")  # the restore runs at kernel adoption
+            state: Any = None
+            deadline = time.monotonic() + 180
+            while not self.done.is_set() and time.monotonic() < deadline:
+                code, state = self._nb("GET", f"{base}/gpusessions/restore")
+                if code != 200 or (state or {}).get("state") not in ("restoring", "pending"):
+                    break
+                self.done.wait(0.2)
+            rec["restore_state"] = (state or {}).get("state")
+            body = {
+                "path": PARK_NOTEBOOK,
+                "name": PARK_NOTEBOOK,
+                "type": "notebook",
+                "kernel": {"name": "python3"},
+            }
+            code, sess = self._nb("POST", f"{base}/api/sessions", body)
+            if code not in (200, 201):
+                raise RuntimeError(f"POST {base}/api/sessions: {code}")
+            kid = sess["kernel"]["id"]
+            if user in self.built:
+                out = execute(self.hub.url, user, kid, self.hub.token, PARK_CHECK, timeout=120).strip()
+                rec["kept"] = out == "kept"
+                if out != "kept":  # lost: the user builds it again
+                    execute(self.hub.url, user, kid, self.hub.token, PARK_STATE, timeout=120)
+            else:
+                execute(self.hub.url, user, kid, self.hub.token, PARK_STATE, timeout=120)
+                self.built.add(user)
+                rec["first"] = True
+        except Exception as e:  # recorded: neither kept nor lost is known
+            rec["error"] = f"{type(e).__name__}: {e}"[:300]
+            self.errors.append(f"restore {user}: {rec['error']}")
+        rec["seconds"] = round(time.monotonic() - t0, 2)
+        self.restores.append(rec)
+        return time.monotonic() - t0
+
+    def _nb(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """A request to the user's notebook server through the proxy (the bench's admin token)."""
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(
+            self.hub.url + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"token {self.hub.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                raw = r.read()
+                return r.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as e:
+            return e.code, None
+
+    def park_records(self) -> list[dict[str, Any]]:
+        """(d): every park the holders wrote (restored ones are moved aside, kept): status, seconds."""
+        out: list[dict[str, Any]] = []
+        if self.homes is None:
+            return out
+        for f in sorted(self.homes.glob("*/.gpusessions/parked/*/session.json")):
+            with contextlib.suppress(OSError, ValueError):
+                rec = json.loads(f.read_text())
+                out.append(
+                    {
+                        "user": f.parts[-5],
+                        "folder": f.parent.name,
+                        "complete": bool(rec.get("complete")),
+                        "seconds": rec.get("seconds"),
+                        "kernels": [k.get("status") for k in rec.get("kernels") or []],
+                    }
+                )
+        return out
 
     def _wait(
         self, user: str, why: str, want: float, gpu: float | None, ready: float | None
@@ -713,6 +860,14 @@ class Replay:
         gpu_waits = [w["gpu_hours"] for w in self.waits]
         ready_waits = [w["ready_hours"] for w in self.waits]
         starts = [w["start_seconds"] for w in self.waits if not w["censored"] and not w["no_gpu"]]
+        later = [r for r in self.restores if not r.get("first")]
+        parks = self.park_records() if self.parks else []
+        park_s = [p["seconds"] for p in parks if isinstance(p.get("seconds"), int | float)]
+        restore_s = [r["seconds"] for r in later if "error" not in r]
+        if self.parks:  # a state lost: a later start that did not find it, or a park not complete
+            lost_states = sum(r.get("kept") is False for r in later) + sum(not p["complete"] for p in parks)
+        else:  # (b), (c): every cull ends the kernels (their variables, models) with the server
+            lost_states = len(by_log) if base_policy(self.policy) != "none" else 0
         return {
             "gpu_hours_held": round(self.held, 3),
             "gpu_hours_held_idle": round(self.held_idle, 3),
@@ -732,6 +887,17 @@ class Replay:
             "waits_after_cull": sum(w["why"] == "after cull" for w in self.waits),
             "waits_never_served": sum(w["no_gpu"] for w in self.waits),
             "culls": len(by_log),
+            "sessions_state_lost": lost_states,
+            "parks": len(parks),
+            "parks_incomplete": sum(not p["complete"] for p in parks),
+            "park_seconds_median": round(statistics.median(park_s), 2) if park_s else 0.0,
+            "restores_checked": sum("kept" in r for r in later),
+            "restores_kept": sum(r.get("kept") is True for r in later),
+            "restores_unknown": sum("error" in r for r in later),
+            "restore_seconds_median": round(statistics.median(restore_s), 2) if restore_s else 0.0,
+            "restore_seconds_max": round(max(restore_s), 2) if restore_s else 0.0,
+            "restore_log": self.restores,
+            "park_log": parks,
             "culls_of_busy_gpus": len(lost),
             "culls_noticed_during_work": sum(c["busy"] for c in self.culls),
             "lost_work_gpu_hours": round(sum(c["lost_hours"] for c in lost), 3),
@@ -899,6 +1065,13 @@ def main() -> int:
         "e.g. 'c10:gpu_idle_contended=0.1667,keep_contended=0.25'; repeatable",
     )
     ap.add_argument(
+        "--park-variant",
+        action="append",
+        metavar="NAME:FIELD=HOURS,...",
+        help="one more (d) replay with other limits, e.g. 'P30:park_gpu_idle=0.5,park_keep_limit=1'; "
+        "repeatable",
+    )
+    ap.add_argument(
         "--agent-interval",
         type=float,
         default=0.1,
@@ -957,6 +1130,15 @@ def main() -> int:
             print(f"bench_idle: --variant {spec!r}: {e}", file=sys.stderr)
             return 2
         policies.append(f"gpusessions:{name}")
+        variants[policies[-1]] = over
+
+    for spec in args.park_variant or []:
+        try:
+            name, over = parse_variant(spec, limits)
+        except ValueError as e:
+            print(f"bench_idle: --park-variant {spec!r}: {e}", file=sys.stderr)
+            return 2
+        policies.append(f"park:{name}")
         variants[policies[-1]] = over
 
     if args.jobs_as_notebook_jobs:
@@ -1050,6 +1232,7 @@ def main() -> int:
                 load,
                 owned,
                 jobs_home=paths.homes / ns if jobs else None,
+                homes=paths.homes / ns,
             )
             results[policy] = replay.run()
         finally:
@@ -1109,7 +1292,8 @@ def main() -> int:
     }
     ratios: dict[str, dict[str, float | None]] = {}
     pairs = [(p, "none") for p in results if p != "none"]
-    pairs += [(p, "hub-activity") for p in results if base_policy(p) == "gpusessions"]
+    pairs += [(p, "hub-activity") for p in results if base_policy(p) in ("gpusessions", "park")]
+    pairs += [(p, "gpusessions") for p in results if base_policy(p) == "park"]
     for num, den in pairs:
         if num in results and den in results:
             a, b = results[num], results[den]
@@ -1121,6 +1305,7 @@ def main() -> int:
                     "wait_for_server_hours",
                     "wait_total_hours",
                     "lost_work_gpu_hours",
+                    "sessions_state_lost",
                 )
             }
     out["ratios"] = ratios
@@ -1149,6 +1334,14 @@ def main() -> int:
         ("waits_after_cull", "of which restarts after a cull"),
         ("waits_never_served", "waits still without a GPU at the end of the day"),
         ("culls", "servers culled"),
+        ("sessions_state_lost", "sessions whose state was lost ((b), (c): every cull; (d): not restored)"),
+        ("parks", "(d) parks written by the holders"),
+        ("parks_incomplete", "(d) ... of which incomplete (failed, over time)"),
+        ("park_seconds_median", "(d) park, median (real seconds)"),
+        ("restores_checked", "(d) later starts that checked the state"),
+        ("restores_kept", "(d) ... of which found it (restored)"),
+        ("restores_unknown", "(d) later starts whose check failed to run"),
+        ("restore_seconds_median", "(d) ready to state checked at a later start, median (real s)"),
         ("culls_of_busy_gpus", "culled while the GPU was in use (at the stop request)"),
         (
             "culls_noticed_during_work",
@@ -1169,9 +1362,9 @@ def main() -> int:
     if ratios:
         print(
             "\n| ratio | GPU-hours held idle | waiting for a GPU | waiting until ready "
-            "| waiting in all | lost work |"
+            "| waiting in all | lost work | state lost |"
         )
-        print("|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|")
         for name, r in ratios.items():
             cells = ["-" if v is None else f"{v:.2f}" for v in r.values()]
             print(f"| {name} | " + " | ".join(cells) + " |")

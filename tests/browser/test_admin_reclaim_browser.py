@@ -45,6 +45,8 @@ def test_admin_page_explains_the_policy_and_shows_idle_gpu_hours(
         # --keep-contended at its default: how long a user's keep holds while someone waits.
         expect(page.locator("#reclaim-policy")).to_contain_text("a user's Keep my GPU holds 5 min")
         expect(page.locator("#reclaim-policy")).to_contain_text("A busy GPU")
+        # Parking (issue 27): what a cull means for a session that parks, in its own block.
+        expect(page.locator("#park-policy-lines")).to_contain_text("A cull parks the session")
         for window, label in (("today", "Today"), ("7d", "Last 7 days")):
             tr = page.locator(f"#reclaim-record tr[data-window='{window}'][data-profile='mig-1g-10gb']")
             expect(tr).to_contain_text(label)

@@ -17,7 +17,7 @@ from localcluster.hubproc import free_port, start_hub
 from localcluster.kubeapi import KubeAPI
 from promtext import value
 
-from .cullertools import culler_hub, culler_looked_after, metrics, sessions
+from .cullertools import annotations, culler_hub, culler_looked_after, metrics, sessions
 from .hubtools import GPU_HUB_CONFIG, gpu_hub, process_env, server_model, spawn, start, stop, wait_stopped
 
 pytestmark = pytest.mark.cluster
@@ -31,7 +31,9 @@ def _claim_gone(api: KubeAPI, ns: str, name: str) -> bool:
 def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphans(
     api: KubeAPI, namespace: str, tmp_path: Path, load_file: Path
 ) -> None:
-    hub = culler_hub(namespace, tmp_path / "hub")
+    # Every session here parks (the hub's persist_kernels and park_kernels are on): carol's idle
+    # session is culled by the parking rule (8 s), not by the plain one, which is out of reach.
+    hub = culler_hub(namespace, tmp_path / "hub", args=("--idle-limit", "100000", "--park-idle-limit", "8"))
     try:
         # bob trains with the browser closed: his GPU is busy.
         spawn(hub, "bob", ONE_G)
@@ -50,6 +52,7 @@ def test_culler_keeps_busy_and_exempt_sessions_and_culls_idle_stopped_and_orphan
             assert "kept_until" in json.loads(r.read())
         # carol leaves her session idle on both counts.
         spawn(hub, "carol", ONE_G)
+        assert annotations(api, namespace, "gpu-carol")["gpusessions.io/parks"] == "true"
         spawn(hub, "alice", ONE_G)
         # alice stops: her GPU is kept for a while, then released.
         stop(hub, "alice")

@@ -19,7 +19,17 @@ from localcluster.hubproc import Hub
 from localcluster.kubeapi import KubeAPI
 
 from .cullertools import culler_hub, sessions
-from .hubtools import container_pid, nb, open_notebook, process_env, spawn, stop
+from .hubtools import (
+    container_pid,
+    nb,
+    open_notebook,
+    process_env,
+    spawn,
+    start,
+    stop,
+    wait_ready,
+    wait_stopped,
+)
 from .kerneltools import execute, watch_status
 
 pytestmark = pytest.mark.cluster
@@ -383,3 +393,152 @@ def test_a_holder_deleted_directly_parks_its_kernels(
     assert folder.parent.parent.exists(), "only the parks go, not the rest of the home's files"
     assert api.get_or_none("Pod", "gpu-park-cleanup-erin", namespace) is None
     assert "erin: deleted the parked sessions in ~/.gpusessions/parked" in hub.log_text()
+
+
+# -- kernels in the notebook pod (no kernel host): parked when the notebook server stops -------
+TIGHT = (
+    '\nEXTRA.append(mig_profile("1g.10gb", "tight", park_timeout=5, park_max_bytes=50 << 20)'
+    ' | {"slug": "tight", "display_name": "MIG 1g.10gb, a 5 s park of at most 50 MiB"})\n'
+)
+# A cell that holds its kernel past the park's budget (an interrupt does not end it).
+HOLD = """
+import time
+while True:
+    try:
+        time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+"""
+
+
+def submit(hub: Hub, user: str, kid: str, code: str) -> None:
+    """Send a cell and do not wait for it (it runs on after the socket closes)."""
+    try:
+        execute(hub.url, user, kid, hub.token, code, timeout=1)
+    except TimeoutError:
+        return
+    raise AssertionError("the cell ended")
+
+
+def test_kernels_in_the_notebook_pod_park_when_it_stops_and_come_back_what_could_be_kept(
+    api: KubeAPI, namespace: str, tmp_path: Path, cluster: Any
+) -> None:
+    """persist_kernels off: the kernels run in the notebook pod, and its server parks them when
+    the hub stops it (with the pod's grace period, not KubeSpawner's 1 s).
+
+    gus: one kernel with every kind of value, one whose array file is truncated and one whose
+    manifest is damaged between the park and the next start: all three come back (the first
+    whole, the open file named; the damaged ones with the rest, the damage named), the notebook
+    re-attached to its restored kernel. fay ("tight": 5 s, 50 MiB): a kernel over her limit and
+    one busy past the budget are not parked, and her next start says what was lost, in words."""
+    from localcluster.hubproc import start_hub
+
+    from .hubtools import GPU_HUB_CONFIG
+
+    cfg = GPU_HUB_CONFIG.format(namespace=namespace) + TIGHT
+    hub = start_hub(cfg + "\nc.GPUSessionSpawner.persist_kernels = False\n", tmp_path / "hub")
+    try:
+        code, _ = start(hub, "gus", ONE_G)
+        assert code in (201, 202)
+        spawn(hub, "fay", {"profile": "tight"})
+        wait_ready(hub, "gus")
+        pod = api.get("Pod", "jupyter-gus", namespace)
+        assert pod["spec"]["terminationGracePeriodSeconds"] == 120 + K.PARK_MARGIN
+        assert "JUPYTER_GATEWAY_URL" not in process_env(api, namespace, "jupyter-gus")
+        code, s = nb(
+            hub,
+            "POST",
+            "/user/gus/api/sessions",
+            {
+                "path": "work/train.ipynb",
+                "name": "train.ipynb",
+                "type": "notebook",
+                "kernel": {"name": "python3"},
+            },
+        )
+        assert code == 201, code
+        k1 = s["kernel"]["id"]
+        assert execute(hub.url, "gus", k1, hub.token, BUILD_STATE, timeout=120).strip() == "built"
+        k2, k3 = (nb(hub, "POST", "/user/gus/api/kernels", {"name": "python3"})[1]["id"] for _ in "ab")
+        state2 = "import numpy as np\nx = np.ones(2**18)\ny = np.arange(10)\nanswer = 7\nprint('ok')"
+        assert execute(hub.url, "gus", k2, hub.token, state2).strip() == "ok"
+        assert (
+            execute(hub.url, "gus", k3, hub.token, "z = [1, 2, 3]\nw = 'kept'\nprint('ok')").strip() == "ok"
+        )
+        f1, f2 = (nb(hub, "POST", "/user/fay/api/kernels", {"name": "python3"})[1]["id"] for _ in "ab")
+        big = "import numpy as np\nbig = np.zeros(100 * 2**20 // 8)\nprint('ok')"  # 100 MiB
+        assert execute(hub.url, "fay", f1, hub.token, big).strip() == "ok"
+        submit(hub, "fay", f2, HOLD)
+
+        # The hub stops both servers: each notebook server parks its kernels first.
+        for user in ("gus", "fay"):
+            code, body = hub.api("DELETE", f"/users/{user}/server")
+            assert code in (202, 204), (code, body)
+        homes = {
+            u: home_of(cluster.paths.root, namespace, u) / ".gpusessions" / "parked" / "_default"
+            for u in ("gus", "fay")
+        }
+
+        def parked(user: str) -> dict[str, Any] | None:
+            try:
+                rec = json.loads((homes[user] / "session.json").read_text())
+            except (OSError, ValueError):
+                return None
+            return rec if all(k["status"] != "parking" for k in rec["kernels"]) else None
+
+        gus = waits.wait_for(lambda: parked("gus"), 90, "gus's server to park its kernels")
+        fay = waits.wait_for(lambda: parked("fay"), 90, "fay's server to park its kernels")
+        wait_stopped(hub, "gus")
+        wait_stopped(hub, "fay")
+        assert gus["trigger"] == "notebook-stopping" and gus["complete"], gus
+        by_id = {k["id"]: k for k in gus["kernels"]}
+        assert by_id[k1]["paths"] == ["work/train.ipynb"] and set(by_id) == {k1, k2, k3}
+        assert {"arr", "df", "p", "add3", "answer"} <= set(by_id[k1]["report"]["saved"])
+        for user, grace in (("gus", 120 + K.PARK_MARGIN), ("fay", 5 + K.PARK_MARGIN)):
+            events = waits.events_for(api, namespace, "Pod", f"jupyter-{user}")
+            assert any(f"grace period {grace}s" in e for e in events), events
+        fk = {k["id"]: k for k in fay["kernels"]}
+        assert fk[f1]["status"] == "failed" and fk[f1]["refused"] == "limit", fk[f1]
+        assert fk[f1]["error"] == "the session's state is 100.0 MiB, over your parking limit (50.0 MiB)"
+        assert fk[f2]["status"] == "timeout", fk[f2]
+
+        # Damage two of gus's parks in his home: a truncated array file, a corrupted manifest.
+        arr = homes["gus"] / k2 / "v.x.npy"
+        with open(arr, "r+b") as fh:
+            fh.truncate(arr.stat().st_size // 2)
+        (homes["gus"] / k3 / "manifest.json").write_text("{not json")
+
+        spawn(hub, "gus", ONE_G)
+        spawn(hub, "fay", {"profile": "tight"})
+        code, sessions = nb(hub, "GET", "/user/gus/api/sessions")
+        assert code == 200, code
+        [(path, new1)] = [(x["path"], x["kernel"]["id"]) for x in sessions]
+        assert path == "work/train.ipynb" and new1 != k1
+        code, status = nb(hub, "GET", "/user/gus/gpusessions/restore")
+        assert code == 200 and status["state"] == "restored", status
+        new = {k["id"]: k for k in status["kernels"]}
+        assert all(new[k]["restored"] for k in (k1, k2, k3)) and new[k1]["kernel"] == new1, status
+        checks = json.loads(execute(hub.url, "gus", new1, hub.token, CHECK_STATE))
+        assert checks == dict.fromkeys(checks, True), checks
+        assert any(n.startswith("f: open file") for n in new[k1]["not_kept"]), new[k1]
+        assert [n for n in new[k2]["not_kept"] if n.startswith("x: file truncated")], new[k2]
+        out = execute(
+            hub.url, "gus", new[k2]["kernel"], hub.token, "print(int(y.sum()), answer, 'x' in dir())"
+        )
+        assert out.split() == ["45", "7", "False"], out
+        assert (
+            execute(hub.url, "gus", new[k3]["kernel"], hub.token, "print(z, w)").strip() == "[1, 2, 3] kept"
+        )
+        assert "x: file truncated" in status["message"] and "not kept" in status["message"], status
+
+        code, kernels = nb(hub, "GET", "/user/fay/api/kernels")
+        assert code == 200 and kernels == [], kernels
+        code, status = nb(hub, "GET", "/user/fay/gpusessions/restore")
+        assert code == 200 and status["state"] == "failed", status
+        message = status["message"]
+        assert message.startswith("Your session from ") and "could not be parked (" in message, message
+        assert "the session's state is 100.0 MiB, over your parking limit (50.0 MiB)" in message, message
+        assert "its park did not finish within its 5 s budget" in message, message
+        assert message.endswith("its variables were lost; new kernels start empty."), message
+    finally:
+        hub.stop()

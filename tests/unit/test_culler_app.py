@@ -148,3 +148,19 @@ def test_hubconfig_args_parse() -> None:
     (svc,) = c.JupyterHub.services
     assert svc["environment"]["GPUSESSIONS_AGENT_TOKEN"] == "given"
     assert "--agent-token-secret" not in svc["command"]
+
+
+def test_the_parking_rules_are_settings_with_the_policys_defaults() -> None:
+    from gpusessions.culler.policy import PARKING
+
+    assert _app().policy.parking == PARKING
+    app = _app(
+        "--park-gpu-idle-limit=300", "--park-warn-before", "30", "--park-keep-limit=600", "--keep-limit=7200"
+    )
+    assert app.policy.parking == {**PARKING, "gpu_idle_limit": 300, "warn_before": 30, "keep_limit": 600}
+    assert app.policy.for_profile("x", parks=True).gpu_idle_limit == 300
+    assert app.policy.for_profile("x").keep_limit == 7200
+    for name in PARKING:
+        flag = "park-" + name.replace("_", "-")
+        assert CullerApp.aliases[flag] == f"CullerApp.park_{name}"
+        assert getattr(CullerApp, f"park_{name}").help

@@ -15,6 +15,7 @@ from gpusessions.culler.policy import (
     MARK_STOPPED,
     NONE,
     ORPHAN,
+    PARKING,
     RELEASE,
     UNWARN,
     WARN,
@@ -690,3 +691,94 @@ def test_a_session_being_released_is_left_alone() -> None:
         notebook_last_activity=T0 - 10 * H, gpu=gpu(last_busy=T0 - 10 * H), deleting=True, holder=None
     )
     assert decide(idle, T0, POLICY).action == NONE
+
+
+# -- parking (issue 27): a cull of a session that parks loses nothing, so its GPU goes sooner ------
+def parking(user: str = "anna", idle_since: float = T0, **kw: object) -> Session:
+    """A running session that parks (its claim says so), GPU idle since `idle_since`, notebook
+    active (a tab left open)."""
+    return idle_running(user, idle_since=idle_since, parks=True, **kw)
+
+
+def test_a_parking_session_is_culled_by_the_parking_rules_and_a_plain_one_is_not() -> None:
+    p = Policy()  # the defaults: plain gpu_idle_limit 1 h, parking 15 min warned 2 min ahead
+    assert PARKING["gpu_idle_limit"] == 900 and PARKING["warn_before"] == 120
+    a = parking()
+    assert decide(a, T0 + 779, p).action == NONE
+    d = decide(a, T0 + 780, p)
+    assert (d.action, d.rule, d.at) == (WARN, "gpu-idle", T0 + 900)
+    a.warned_at = T0 + 780
+    assert decide(a, T0 + 899, p).action == NONE
+    d = decide(a, T0 + 901, p)
+    assert (d.action, d.rule) == (CULL, "gpu-idle")
+    # The same session without parking keeps today's rules: nothing for an hour.
+    b = idle_running("bob", idle_since=T0)
+    assert not b.parks
+    assert decide(b, T0 + 901, p).action == NONE
+    assert decide(b, T0 + H - 900, p).action == WARN
+
+
+def test_a_parking_sessions_stopped_server_gives_its_gpu_back_after_15_minutes() -> None:
+    p = Policy()
+    s = stopped(parks=True, stopped_since=T0)
+    assert decide(s, T0 + 700, p).action == NONE
+    assert decide(s, T0 + 790, p).action == WARN
+    s.warned_at = T0 + 790
+    assert decide(s, T0 + 910, p).action == RELEASE
+    plain = stopped(stopped_since=T0)
+    assert decide(plain, T0 + 910, p).action == NONE  # plain: kept an hour
+
+
+def test_a_keep_of_a_parking_session_holds_half_an_hour_then_it_is_warned_again() -> None:
+    p = Policy()
+    warned = T0 + 780
+    # anna answered the warning with Keep my GPU (the hub's keep: 4 h); nobody waits.
+    a = parking(keep_until=warned + 60 + 4 * H, kept_at=warned + 60, keep_from=warned)
+    assert decide(a, warned + 1799, p).action == NONE
+    d = decide(a, warned + 1801, p)
+    assert d.action == WARN  # a new warning, a new Keep: not the 4 h of a plain session's keep
+    plain = idle_running("bob", idle_since=T0, keep_until=warned + 60 + 4 * H, kept_at=warned + 60)
+    plain.keep_from = warned
+    assert decide(plain, warned + 1801, p).action == NONE
+    # While someone waits for its size, a parking session's keep holds 2 min from its warning.
+    a.waiters = 1
+    assert decide(a, warned + 119, p).action == NONE
+    assert decide(a, warned + 121, p).action == CULL  # the kept warning counts as given
+
+
+def test_parking_rules_are_settings_and_per_profile_overrides_still_apply_last() -> None:
+    p = Policy(Rules(), {"mig-1g-10gb": {"gpu_idle_limit": 7200}}, parking={**PARKING, "gpu_idle_limit": 300})
+    assert p.for_profile("other", parks=True).gpu_idle_limit == 300
+    assert p.for_profile("other").gpu_idle_limit == Rules().gpu_idle_limit
+    assert p.for_profile("mig-1g-10gb", parks=True).gpu_idle_limit == 7200
+    assert p.for_profile("other", parks=True).warn_before == PARKING["warn_before"]
+    with pytest.raises(ValueError, match="unknown culler settings"):
+        Policy(parking={"gpu_idle": 1}).for_profile("x", parks=True)
+
+
+def test_the_claim_says_whether_its_session_parks() -> None:
+    from gpusessions.core import labels as L
+    from gpusessions.core.claims import GPURequest, build_claim
+    from gpusessions.culler.model import session_from_claim
+
+    req = GPURequest(device_class="mig.nvidia.com")
+    parks = build_claim("gpu-a", "ns", req, "a", "", parks=True)
+    plain = build_claim("gpu-b", "ns", req, "b", "")
+    assert parks["metadata"]["annotations"][L.PARKS] == "true"
+    assert L.PARKS not in plain["metadata"]["annotations"]
+    for claim in (parks, plain):
+        claim["metadata"]["creationTimestamp"] = "2026-12-02T10:00:00Z"
+    assert session_from_claim(parks).parks and not session_from_claim(plain).parks
+    assert not L.parks({"annotations": {L.PARKS: "false"}}) and not L.parks({})
+
+
+def test_a_parking_rule_is_never_longer_than_the_plain_one() -> None:
+    # An admin who shortens a plain limit shortens it for sessions that park too (the tests'
+    # hubs: --idle-limit 20), and a plain rule that is off does not turn a parking one off.
+    p = Policy(Rules(idle_limit=20, warn_before=5, stopped_keep=3, gpu_idle_limit=0, keep_contended=0))
+    r = p.for_profile("x", parks=True)
+    assert (r.idle_limit, r.warn_before, r.stopped_keep) == (20, 5, 3)
+    assert (r.gpu_idle_limit, r.keep_contended, r.keep_limit) == (900, 120, 1800)
+    # A parking rule set to 0 ("off") leaves the plain one.
+    r = Policy(parking={**PARKING, "gpu_idle_limit": 0, "keep_limit": 0}).for_profile("x", parks=True)
+    assert (r.gpu_idle_limit, r.keep_limit) == (Rules().gpu_idle_limit, 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpusessions.culler.history import History
 from gpusessions.culler.model import Session
-from gpusessions.culler.policy import Decision, Policy, Rules
+from gpusessions.culler.policy import PARKING, Decision, Policy, Rules
 from gpusessions.culler.summary import policy, reclaimed_seconds, record
 
 from .sessionfactory import make_session
@@ -68,3 +68,13 @@ def test_the_policy_in_words_says_how_long_a_users_keep_holds_while_someone_wait
     assert p["settings"]["keep_contended"] == 900
     off = " ".join(policy(Policy(Rules(keep_contended=0)))["lines"])
     assert "a user's Keep my GPU holds" not in off
+
+
+def test_the_page_says_what_a_cull_means_for_a_session_that_parks() -> None:
+    p = policy(Policy(RULES, parking={**PARKING, "gpu_idle_limit": 600}))["parking"]
+    text = " ".join(p["lines"])
+    assert text.startswith("A cull parks the session: its kernels' variables are saved")
+    assert "the GPU goes to the next user, and the next start restores them" in text
+    assert "after its GPU alone was idle 10 min" in text and "warned 2 min ahead" in text
+    assert "a Keep my GPU holds 30 min (2 min while someone waits" in text
+    assert p["settings"]["gpu_idle_limit"] == 600 and p["settings"]["keep_limit"] == PARKING["keep_limit"]

@@ -16,8 +16,10 @@ from kubernetes_asyncio.client import (
     V1ResourceRequirements,
 )
 
+from gpusessions.core import kernels as K
 from gpusessions.core import notebook_pod as NP
 from gpusessions.core.queues import QueuePolicy
+from gpusessions.notebook import localkernels
 
 INFO = NP.session_info(
     "gpu-ann",
@@ -90,6 +92,27 @@ def test_add_gpu_with_kernels_in_the_holder_and_no_node_yet() -> None:
     assert env["JUPYTER_GATEWAY_URL"]["value"] == "http://gpu-holder-ann.hub.svc:8889"
     assert env["GPUSESSIONS_NODE"]["value"] == ""
     assert "affinity" not in body["spec"], "no node: no affinity added"
+
+
+def test_kernels_in_the_notebook_pod_park_in_its_grace_period() -> None:
+    """No kernel host: the notebook server parks its own kernels when it stops; the pod's grace
+    period is the park budget and its margin. With a kernel host, the holder parks them."""
+    pod = _pod()
+    NP.add_gpu(pod, INFO, park=NP.Parking(on=True, timeout=40, max_bytes=5 << 30, expiry_days=7))
+    body = _body(pod)
+    env = {e["name"]: e.get("value") for e in body["spec"]["containers"][1]["env"]}
+    assert env[K.PARKS_ENV] == "1" and env[K.PARK_EXPIRY_ENV] == "7"
+    assert (env["GPUSESSIONS_PARK_TIMEOUT"], env["GPUSESSIONS_PARK_MAX_BYTES"]) == ("40", str(5 << 30))
+    assert body["spec"]["terminationGracePeriodSeconds"] == 40 + K.PARK_MARGIN
+    assert localkernels.PARKS_ENV == K.PARKS_ENV  # the notebook side's own copy of the name
+    held = _pod()
+    NP.add_gpu(held, INFO, gateway_url="http://h:8889", park=NP.Parking(on=True, timeout=40))
+    body = _body(held)
+    assert "terminationGracePeriodSeconds" not in body["spec"]  # the holder's grace period
+    assert "GPUSESSIONS_PARK_TIMEOUT" not in {e["name"] for e in body["spec"]["containers"][1]["env"]}
+    off = _pod()
+    NP.add_gpu(off, INFO, park=NP.Parking(on=False))
+    assert K.PARKS_ENV not in {e["name"] for e in _body(off)["spec"]["containers"][1]["env"]}
 
 
 def test_schedule_puts_the_pod_in_its_queue() -> None:

@@ -124,7 +124,10 @@ def build_claim(
     servername: str,
     profile: str = "",
     extra_labels: dict[str, str] | None = None,
+    parks: bool = False,
 ) -> Obj:
+    """The session's standalone claim; `parks`: its holder parks the kernels when it goes (the
+    claim says so, for the culler's parking rules)."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -136,6 +139,7 @@ def build_claim(
                 **L.owner_annotations(username, servername),
                 L.REQUEST_HASH: request.hash(),
                 L.PROFILE_ANNOTATION: profile,
+                **L.park_annotations(parks),
             },
         },
         "spec": request.spec(),

@@ -74,10 +74,15 @@ SESSION_FILE_DIR = "/etc/gpusessions"
 SESSION_FILE = f"{SESSION_FILE_DIR}/session.json"
 
 
+def park_grace(park_timeout: int) -> int:
+    """A pod whose kernels park when it goes: its terminationGracePeriodSeconds."""
+    return park_timeout + PARK_MARGIN
+
+
 def grace_seconds(k: KernelSettings | None) -> int | None:
     """The holder's terminationGracePeriodSeconds: the park budget and its margin (None: the
     holder's own default, no park)."""
-    return k.park_timeout + PARK_MARGIN if k is not None and k.park else None
+    return park_grace(k.park_timeout) if k is not None and k.park else None
 
 
 def session_volume() -> Obj:
@@ -190,8 +195,7 @@ def gateway_container(k: KernelSettings, request_name: str, claim: str = "", ser
     if k.park:
         env += [
             {"name": "JUPYTERHUB_SERVER_NAME", "value": servername},
-            {"name": "GPUSESSIONS_PARK_TIMEOUT", "value": str(k.park_timeout)},
-            {"name": "GPUSESSIONS_PARK_MAX_BYTES", "value": str(k.park_max_bytes)},
+            *park_limits_env(k.park_timeout, k.park_max_bytes),
         ]
         command = ["python", "-m", "gpusessions.notebook.parkhost", "--", *command]
     security: Obj = {
@@ -334,3 +338,21 @@ def notebook_env(
         env.append({"name": PARKS_ENV, "value": "1"})
         env.append({"name": PARK_EXPIRY_ENV, "value": f"{park_expiry_days:g}"})
     return env
+
+
+def park_limits_env(park_timeout: int, park_max_bytes: int) -> list[Obj]:
+    """The park's budget and the user's limit, for the process that parks the kernels."""
+    return [
+        {"name": "GPUSESSIONS_PARK_TIMEOUT", "value": str(park_timeout)},
+        {"name": "GPUSESSIONS_PARK_MAX_BYTES", "value": str(park_max_bytes)},
+    ]
+
+
+def notebook_park_env(park_timeout: int, park_max_bytes: int, park_expiry_days: float) -> list[Obj]:
+    """Kernels in the notebook pod (no kernel host in the holder): its notebook server parks
+    them when it stops (`gpusessions.notebook.localkernels`) and restores them at its next start."""
+    return [
+        {"name": PARKS_ENV, "value": "1"},
+        {"name": PARK_EXPIRY_ENV, "value": f"{park_expiry_days:g}"},
+        *park_limits_env(park_timeout, park_max_bytes),
+    ]

@@ -50,6 +50,10 @@ KEEP_FROM = "gpusessions.io/kept-warning-at"
 # for that size (the culler's `keep_contended` of the profile; what the hub tells the user).
 KEEP_CONTENDED = "gpusessions.io/keep-contended"
 WARNED_AT = "gpusessions.io/warned-at"
+# On the claim, from its creation: "true" when the session's holder parks its kernels at its
+# termination (the spawner's park_kernels with persist_kernels): a cull of it loses no state,
+# and the culler applies its parking rules (culler/policy.py). Absent: the culler's plain rules.
+PARKS = "gpusessions.io/parks"
 STOPPED_SINCE = "gpusessions.io/stopped-since"
 CULL_AT = "gpusessions.io/cull-at"
 CULL_REASON = "gpusessions.io/cull-reason"
@@ -71,6 +75,17 @@ def owner_labels(component: str, username: str, servername: str) -> dict[str, st
 
 def owner_annotations(username: str, servername: str) -> dict[str, str]:
     return {USER_ANNOTATION: username, SERVER_ANNOTATION: servername}
+
+
+def park_annotations(parks: bool) -> dict[str, str]:
+    """The claim's parking mark: what the culler reads to choose its rules for the session."""
+    return {PARKS: "true"} if parks else {}
+
+
+def parks(obj_metadata: dict[str, object]) -> bool:
+    """Whether a claim says its session parks (an older claim without the mark does not)."""
+    ann = obj_metadata.get("annotations") or {}
+    return isinstance(ann, dict) and ann.get(PARKS) == "true"
 
 
 def owned_by(obj_metadata: dict[str, object], username: str, servername: str) -> bool:

@@ -11,6 +11,7 @@ node in the node affinity, and the scheduling fields of a scheduler queue.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio.client import (
@@ -61,13 +62,24 @@ def session_info(
     }
 
 
-def add_gpu(
-    pod: Any, info: Obj, gateway_url: str | None = None, parks: bool = False, park_expiry_days: float = 30.0
-) -> None:
+@dataclass(frozen=True)
+class Parking:
+    """`park_kernels` and its settings, as the notebook pod needs them."""
+
+    on: bool = False
+    timeout: int = 120
+    max_bytes: int = 16 << 30
+    expiry_days: float = 30.0
+
+
+def add_gpu(pod: Any, info: Obj, gateway_url: str | None = None, park: Parking | None = None) -> None:
     """Give the notebook pod its session's claim, variables and session file (`info` from
     `session_info`), the kernel gateway's variables when kernels run in the holder
-    (`gateway_url`; `parks`: the holder parks them when it goes, kept `park_expiry_days`), and
-    the claim's node in its node affinity."""
+    (`gateway_url`; `park.on`: the holder parks them when it goes, kept `park.expiry_days`), and
+    the claim's node in its node affinity. Kernels in the notebook pod itself (no `gateway_url`)
+    with `park.on`: its server parks them when it stops, within its grace period (the park
+    budget and its margin)."""
+    park = park or Parking()
     claim, holder, node = info["claim"], info["holder"], info["node"]
     pod.spec.resource_claims = [
         *(pod.spec.resource_claims or []),
@@ -93,8 +105,12 @@ def add_gpu(
     if gateway_url:
         # Kernels run in the holder's gateway: plain dicts serialize as they are.
         container.env += K.notebook_env(
-            gateway_url, K.secret_name(holder), parks=parks, park_expiry_days=park_expiry_days
+            gateway_url, K.secret_name(holder), parks=park.on, park_expiry_days=park.expiry_days
         )
+    elif park.on:
+        container.env += K.notebook_park_env(park.timeout, park.max_bytes, park.expiry_days)
+        grace = K.park_grace(park.timeout)
+        pod.spec.termination_grace_period_seconds = max(pod.spec.termination_grace_period_seconds or 0, grace)
     pod.spec.volumes = [
         *(pod.spec.volumes or []),
         V1Volume(

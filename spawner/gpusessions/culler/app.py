@@ -29,7 +29,7 @@ from gpusessions.culler.history import History
 from gpusessions.culler.hub import HubAPI
 from gpusessions.culler.jobtime import note_forever
 from gpusessions.culler.kube import ClusterSide
-from gpusessions.culler.policy import Policy, Rules
+from gpusessions.culler.policy import PARKING, Policy, Rules
 from gpusessions.culler.web import make_app
 
 
@@ -85,6 +85,16 @@ def _rule(name: str, help_text: str) -> LastFloat:
     return LastFloat(getattr(Rules, name), help=help_text).tag(config=True)
 
 
+def _park(name: str, help_text: str) -> LastFloat:
+    """A rule for sessions that park (their claim says so; a cull saves their kernels' variables
+    and the next start restores them): its default is policy.PARKING's."""
+    return LastFloat(
+        PARKING[name],
+        help=f"{help_text}, in seconds; the shorter of this and the plain rule applies (0: the "
+        "plain rule). A cull of such a session loses no state; the other rules apply to it as set",
+    ).tag(config=True)
+
+
 class CullerApp(Application):
     name = "gpusessions.culler"
     description = "The gpusessions culler: releases idle and kept GPUs, serves the admin page and metrics."
@@ -108,6 +118,12 @@ class CullerApp(Application):
         "keep_contended",
         "a user's Keep my GPU holds only this long after the click while another user waits for "
         "that GPU size (0: its full length; an admin's keep always holds)",
+    )
+    keep_limit = _rule(
+        "keep_limit",
+        "a user's Keep my GPU holds at most this long after the warning it answered, whoever "
+        "waits; then the session is warned again (0: the keep's own length, the spawner's "
+        "gpu_keep_extension)",
     )
     max_age = _rule("max_age", "end any session this old (0: off)")
     warn_before = _rule("warn_before", "warn this long before a cull")
@@ -135,6 +151,23 @@ class CullerApp(Application):
         again within the cycle, with exponential backoff (0: not tried again); a GPU still not read
         after that is never counted as idle""",
     ).tag(config=True)
+    park_gpu_idle_limit = _park(
+        "gpu_idle_limit",
+        "gpu_idle_limit for a session that parks: cull after its GPU alone was idle this long",
+    )
+    park_idle_limit = _park(
+        "idle_limit", "idle_limit for a session that parks: notebook AND GPU idle this long"
+    )
+    park_stopped_keep = _park(
+        "stopped_keep", "stopped_keep for a session that parks: its stopped server's GPU"
+    )
+    park_warn_before = _park("warn_before", "warn_before for a session that parks")
+    park_keep_limit = _park(
+        "keep_limit", "keep_limit for a session that parks: how long a user's Keep my GPU holds at most"
+    )
+    park_keep_contended = _park(
+        "keep_contended", "keep_contended for a session that parks: a Keep while someone waits for its size"
+    )
     per_profile = JSONDict(
         help='per profile slug, any of the rules above: {"<profile slug>": {"idle_limit": 600}}'
     ).tag(config=True)
@@ -180,6 +213,13 @@ class CullerApp(Application):
         "gpu-idle-limit": "CullerApp.gpu_idle_limit",
         "gpu-idle-limit-contended": "CullerApp.gpu_idle_limit_contended",
         "keep-contended": "CullerApp.keep_contended",
+        "keep-limit": "CullerApp.keep_limit",
+        "park-gpu-idle-limit": "CullerApp.park_gpu_idle_limit",
+        "park-idle-limit": "CullerApp.park_idle_limit",
+        "park-stopped-keep": "CullerApp.park_stopped_keep",
+        "park-warn-before": "CullerApp.park_warn_before",
+        "park-keep-limit": "CullerApp.park_keep_limit",
+        "park-keep-contended": "CullerApp.park_keep_contended",
         "max-age": "CullerApp.max_age",
         "warn-before": "CullerApp.warn_before",
         "orphan-grace": "CullerApp.orphan_grace",
@@ -220,15 +260,20 @@ class CullerApp(Application):
     def rules(self) -> Rules:
         return Rules(**{name: getattr(self, name) for name in Rules.__dataclass_fields__})
 
+    def parking(self) -> dict[str, float]:
+        """The rules for sessions that park, over the plain ones (the park_* settings)."""
+        return {name: float(getattr(self, f"park_{name}")) for name in PARKING}
+
     def initialize(self, argv: list[str] | None = None) -> None:
         self.parse_command_line(argv)
         if self.config_file:
             self.load_config_file(self.config_file)
             self.parse_command_line(argv)  # the command line wins over the file
         try:
-            self.policy = Policy(self.rules(), dict(self.per_profile), self.dry_run)
+            self.policy = Policy(self.rules(), dict(self.per_profile), self.dry_run, self.parking())
             for profile in self.policy.per_profile:
                 self.policy.for_profile(profile)
+                self.policy.for_profile(profile, parks=True)
         except (ValueError, TypeError) as e:
             print(f"{self.name}: error: bad policy settings: {e}", file=sys.stderr)
             self.exit(2)

@@ -46,7 +46,10 @@ def _exempt(s: Session, now: float, policy: Policy | None) -> bool:
     whose warning came less than `keep_contended` ago)."""
     if s.keep_until is None or s.keep_until <= now:
         return False
-    limit = (policy.for_profile(s.profile) if policy else Policy().rules).keep_contended
+    r = policy.for_session(s) if policy else Policy().rules
+    if s.kept_at is not None and r.keep_limit > 0 and now >= keep_counts_from(s) + r.keep_limit:
+        return False  # a user's keep past its limit holds for nobody
+    limit = r.keep_contended
     return s.kept_at is None or limit <= 0 or now < keep_counts_from(s) + limit
 
 

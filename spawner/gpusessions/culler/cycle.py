@@ -236,7 +236,7 @@ class Culler:
                 CULL_AT: str(d.at or now),
                 CULL_REASON: d.reason[:200],
                 # How long a keep of this warning holds while someone waits (the hub says so).
-                KEEP_CONTENDED: str(self.policy.for_profile(s.profile).keep_contended),
+                KEEP_CONTENDED: str(self.policy.for_session(s).keep_contended),
             }
             if s.keep_until is not None:
                 warning[KEEP_UNTIL] = None
@@ -263,7 +263,7 @@ class Culler:
             self.history.add(now, s.profile, s.queue, warnings=1)
             return
         amounts = {"culls": 1.0}
-        ahead = reclaimed_seconds(s, d, now, self.policy.for_profile(s.profile))
+        ahead = reclaimed_seconds(s, d, now, self.policy.for_session(s))
         if d.rule in ("gpu-idle-contended", "stopped-contended"):
             amounts["reclaims"] = 1.0
             amounts["reclaimed"] = ahead * session_equivalent(s)

@@ -41,6 +41,7 @@ class Session:
     holder_phase: str | None = None  # Pending while the scheduler finds no device for the claim
     holder_started: float | None = None  # latest container start (the agent forgets last_busy)
     deleting: bool = False  # the claim is being deleted (a finalizer holds it a moment)
+    parks: bool = False  # its holder parks the kernels when it goes (the claim says so): a cull loses nothing
     # from the hub
     hub_user: bool = False
     hub_server: bool = False
@@ -125,6 +126,7 @@ def session_from_claim(claim: Obj) -> Session:
         created=epoch(md.get("creationTimestamp")),
         allocated=bool(allocation(claim)),
         deleting=bool(md.get("deletionTimestamp")),
+        parks=L.parks(md),
         node=allocated_node(claim),
         devices=[f"{p}/{d}" for _, p, d in allocated_devices(claim)],
         keep_until=annotation_time(ann.get(KEEP_UNTIL)),

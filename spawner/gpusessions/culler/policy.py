@@ -33,7 +33,16 @@
   gains a session at most `keep_contended` after its warning, however often it is pressed.
 - Orphans (no hub user or server for the claim) are released after `orphan_grace`.
 - A session whose node is gone is stopped and released at once (exemptions do not hold it).
-- Per-profile overrides change any of these; `dry_run` decides but never acts.
+- `keep_limit` (0: off): a user's Keep my GPU holds at most this long after the warning it
+  answered, whoever waits; then the session is warned again (a new Keep, a new stretch).
+- A session that parks (its claim says so: the holder saves the kernels' variables when it
+  goes, and the next start restores them) loses no state when it is culled, so its rules are
+  the shorter of the plain ones and `parking`'s (PARKING: GPU idle 15 min, both idle 30 min, a
+  stopped server's GPU kept 15 min, warnings 2 min ahead, a Keep holds 30 min, 2 min while
+  someone waits; a 0 that means "off" counts as no limit): it gives its GPU back much sooner,
+  and never later than a plain one. A session that does not park keeps the plain rules.
+- Per-profile overrides change any of these (for parking sessions too: they apply last);
+  `dry_run` decides but never acts.
 """
 
 from __future__ import annotations
@@ -74,6 +83,7 @@ class Rules:
     gpu_idle_limit: float = 3600.0
     gpu_idle_limit_contended: float = 120.0
     keep_contended: float = 300.0
+    keep_limit: float = 0.0
     # A session whose GPU could not be read may be culled by idle_limit on hub activity alone.
     cull_unread_on_hub_idle: bool = False
 
@@ -93,14 +103,68 @@ class Rules:
         return dataclasses.replace(self, **values)
 
 
+# The rules for a session that parks, over the plain ones (chosen by the idle-reclaim replay,
+# docs/culler.md "Parking"): a cull saves the kernels' variables and the next start restores
+# them, so an idle GPU goes after minutes, not an hour, and a Keep buys half an hour, not 4 h.
+PARKING: dict[str, float] = {
+    "gpu_idle_limit": 900.0,
+    "idle_limit": 1800.0,
+    "stopped_keep": 900.0,
+    "warn_before": 120.0,
+    "keep_limit": 1800.0,
+    "keep_contended": 120.0,
+}
+
+
+# Rules whose 0 means "off" (no limit), not "at once".
+OFF_AT_ZERO = frozenset(
+    {
+        "gpu_idle_limit",
+        "gpu_idle_limit_contended",
+        "keep_limit",
+        "keep_contended",
+        "max_age",
+        "stopped_keep_contended",
+    }
+)
+
+
+def sooner(plain: Rules, parking: dict[str, Any]) -> dict[str, Any]:
+    """The parking rules as overrides of the plain ones: each the shorter of the two (a 0 that
+    means "off" counts as no limit), so a session that parks is never held longer than one that
+    does not, and a plain limit an admin shortened is short for both."""
+    out: dict[str, Any] = {}
+    for name, value in parking.items():
+        plain_value = getattr(plain, name, None)
+        if (
+            isinstance(plain_value, bool)
+            or not isinstance(plain_value, int | float)
+            or isinstance(value, bool)
+        ):
+            out[name] = value  # unknown (merged() names it) or not a duration
+            continue
+        v = float(value)
+        if name in OFF_AT_ZERO and min(v, plain_value) <= 0:
+            out[name] = max(v, plain_value)  # one of them off: the other (both off: off)
+        else:
+            out[name] = min(v, plain_value)
+    return out
+
+
 @dataclass(frozen=True)
 class Policy:
     rules: Rules = field(default_factory=Rules)
     per_profile: dict[str, dict[str, Any]] = field(default_factory=dict)
     dry_run: bool = False
+    # Overrides of `rules` for sessions that park (their culls lose nothing).
+    parking: dict[str, Any] = field(default_factory=lambda: dict(PARKING))
 
-    def for_profile(self, profile: str) -> Rules:
-        return self.rules.merged(self.per_profile.get(profile, {}))
+    def for_profile(self, profile: str, parks: bool = False) -> Rules:
+        base = self.rules.merged(sooner(self.rules, self.parking)) if parks else self.rules
+        return base.merged(self.per_profile.get(profile, {}))
+
+    def for_session(self, s: Session) -> Rules:
+        return self.for_profile(s.profile, s.parks)
 
 
 @dataclass(frozen=True)
@@ -150,10 +214,13 @@ def gpu_idle_since(s: Session) -> float | None:
 def keep_holds(s: Session, now: float, r: Rules) -> bool:
     """Whether the session's exemption ("keep until") holds now.
 
-    An admin's keep (no `kept_at`) holds to its end. A user's Keep my GPU holds to its end too,
-    except while someone waits for a GPU of its request (`waiters`, from contention.py): then
-    only `keep_contended` seconds after the warning it answered (0: to its end)."""
+    An admin's keep (no `kept_at`) holds to its end. A user's Keep my GPU holds to its end too
+    (at most `keep_limit` after the warning it answered, when that is set), except while
+    someone waits for a GPU of its request (`waiters`, from contention.py): then only
+    `keep_contended` seconds after the warning it answered (0: to its end)."""
     if s.keep_until is None or s.keep_until <= now:
+        return False
+    if s.kept_at is not None and r.keep_limit > 0 and now >= keep_counts_from(s) + r.keep_limit:
         return False
     if s.kept_at is not None and s.waiters and r.keep_contended > 0:
         return now < keep_counts_from(s) + r.keep_contended
@@ -182,7 +249,7 @@ def _users(n: int) -> str:
 
 
 def decide(s: Session, now: float, policy: Policy) -> Decision:
-    r = policy.for_profile(s.profile)
+    r = policy.for_session(s)
     if s.node_gone:
         # The GPU went with its node: nothing to keep, no warning to give.
         return Decision(NODE_GONE, f"the node of this GPU ({s.node}) is gone")

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpusessions.culler.history import History
 from gpusessions.culler.model import Session
-from gpusessions.culler.policy import Decision, Policy, Rules, _dur, gpu_idle_since
+from gpusessions.culler.policy import PARKING, Decision, Policy, Rules, _dur, gpu_idle_since
 
 WEEK = 7 * 86400.0
 KINDS = ("held", "busy", "idle", "kept", "reclaimed")
@@ -139,4 +139,28 @@ def policy(p: Policy) -> dict[str, Any]:
         },
         "per_profile": p.per_profile,
         "dry_run": p.dry_run,
+        "parking": parking(p),
+    }
+
+
+def parking(p: Policy) -> dict[str, Any]:
+    """What a cull means for a session that parks (its claim says so), in words, with its rules."""
+    r = p.for_profile("", parks=True)
+    keep = (
+        f"a Keep my GPU holds {_dur(r.keep_limit)}"
+        if r.keep_limit > 0
+        else "a Keep my GPU holds its full length"
+    )
+    return {
+        "lines": [
+            "A cull parks the session: its kernels' variables are saved to the user's home, the GPU goes "
+            "to the next user, and the next start restores them (on any free GPU of the same size).",
+            "So a session that parks is culled sooner: after its GPU alone was idle "
+            f"{_limit(r.gpu_idle_limit)}, its notebook and GPU {_limit(r.idle_limit)}, a stopped "
+            f"server's GPU after {_limit(r.stopped_keep)}; warned {_limit(r.warn_before)} ahead; "
+            f"{keep} ({_dur(r.keep_contended)} while someone waits for that size).",
+            "A park that fails or runs over its time falls back to a plain cull, and the user is told what "
+            "was lost. Sessions that do not park keep the rules above.",
+        ],
+        "settings": {k: getattr(r, k) for k in PARKING},
     }

@@ -340,7 +340,14 @@ class GPUSession:
             async with admission.hold() if admission is not None else contextlib.nullcontext():
                 annotations = await admission.admit(self.request) if admission is not None else {}
                 body = C.build_claim(
-                    n.claim, n.namespace, self.request, n.username, n.servername, n.profile, self.extra_labels
+                    n.claim,
+                    n.namespace,
+                    self.request,
+                    n.username,
+                    n.servername,
+                    n.profile,
+                    self.extra_labels,
+                    parks=self.kernels is not None and self.kernels.park,
                 )
                 body["metadata"]["annotations"].update(annotations)
                 self.log.info("Creating ResourceClaim %s/%s (%s)", n.namespace, n.claim, self.what)

@@ -347,8 +347,7 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             NP.schedule(pod, queued)
         if self._gpu_alloc is not None:
             alloc = self._gpu_alloc
-            parks = bool(self.park_kernels)
-            NP.add_gpu(pod, self.session_info(alloc), alloc.gateway_url, parks, self.park_expiry_days)
+            NP.add_gpu(pod, self.session_info(alloc), alloc.gateway_url, self._parking())
             pod.metadata.labels[L.CLAIM_LABEL] = L.label_value(self._names().claim)
         return pod
 
@@ -497,6 +496,33 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             return await super()._make_create_pod_request(pod, request_timeout)
         finally:
             self._creating_pod = False
+
+    def _parking(self) -> NP.Parking:
+        return NP.Parking(
+            on=bool(self.park_kernels),
+            timeout=int(self.park_timeout),
+            max_bytes=int(self.park_max_bytes),
+            expiry_days=float(self.park_expiry_days),
+        )
+
+    def _notebook_parks(self) -> bool:
+        """The notebook pod's own kernels park when it goes (a GPU session whose kernels are
+        not in the holder, with `park_kernels`)."""
+        return bool(
+            self.park_kernels and self._gpu_state.get("claim") and self._gpu_state.get("kernels") != "1"
+        )
+
+    async def _make_delete_pod_request(
+        self, pod_name: str, delete_options: Any, grace_seconds: int, request_timeout: float
+    ) -> Any:
+        """KubeSpawner deletes the notebook pod with `delete_grace_period` (1 s): a pod whose
+        kernels park gets its park budget instead (a forced stop, `now`, still gets 0)."""
+        if grace_seconds != 0 and not self._creating_pod and self._notebook_parks():
+            grace_seconds = max(int(grace_seconds or 0), K.park_grace(int(self.park_timeout)))
+            delete_options.grace_period_seconds = grace_seconds
+        return await super()._make_delete_pod_request(
+            pod_name, delete_options, grace_seconds, request_timeout
+        )
 
     async def stop(self, now: bool = False) -> None:
         if self._creating_pod:

@@ -209,28 +209,35 @@ class GPUSessionSettings(HasTraits):
     park_kernels = Bool(
         True,
         config=True,
-        help="""With `persist_kernels`: when the holder pod is deleted (the Release button, the
-        culler, KAI taking back a borrowed GPU, a node drain), save each kernel's variables to the
-        user's home (`~/.gpusessions/parked/<server>/`) before its gateway stops, and restore them
-        into new kernels of the same kind at the next start (docs/kernels.md, "Parking"). The
-        holder's grace period becomes `park_timeout` plus 15 s, and the hub and the culler delete
-        it with that grace period. Off: the kernels end with the holder, as before.""",
+        help="""Park a GPU session's kernels instead of ending them: save each kernel's variables
+        to the user's home (`~/.gpusessions/parked/<server>/`) and restore them into new kernels
+        of the same kind at the next start (docs/parking.md). Kernels in the holder
+        (`persist_kernels`) park when the holder pod is deleted (the Release button, the
+        culler, KAI taking back a borrowed GPU, a node drain); kernels in the notebook pod
+        (`persist_kernels` off, or a holder without a kernel host) park when the notebook
+        server stops (the culler, the user's Stop, KAI evicting the pod). The parking pod's
+        grace period becomes `park_timeout` plus 15 s, and the hub and the culler delete it with
+        that grace period (KubeSpawner's `delete_grace_period` is raised to it for such a
+        notebook pod). Off: the kernels end with their pod, as before.""",
     )
     park_timeout = Integer(
         120,
         min=5,
         max=3600,
         config=True,
-        help="""Seconds the holder's kernels have to park when it is deleted (all kernels
-        together); the holder pod's terminationGracePeriodSeconds is this plus 15 s. A park
-        that does not finish in time is recorded as incomplete, with what was not saved.""",
+        help="""Seconds a session's kernels have to park when their pod is deleted (all kernels
+        together); the pod's terminationGracePeriodSeconds is this plus 15 s. A kernel whose park
+        does not finish in time is lost as in a cull, and the user is told at the next start.""",
     )
     park_max_bytes = Integer(
         16 << 30,
         min=0,
         config=True,
-        help="""The most bytes one kernel's park writes (default 16 GiB); values past it are
-        named as not saved in the park's record.""",
+        help="""The most bytes one user's parked state may hold (default 16 GiB), across all
+        their parked servers and kernels: a park is given what the user's other parks leave.
+        A kernel whose state is over it is not parked (its variables are lost as in a cull) and
+        the user is told at the next start, in words ("the session's state is 12.3 GiB, over
+        what is left of your parking limit (...)").""",
     )
     park_expiry_days = Float(
         30.0,

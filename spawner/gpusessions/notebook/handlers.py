@@ -60,11 +60,12 @@ class RestoreHandler(BoundedAPIHandler):
     @web.authenticated
     async def get(self) -> None:
         km = self.settings.get("kernel_manager")
-        if not isinstance(km, PersistentGatewayKernelManager):
+        restore = getattr(km, "restore", None)  # kernels in the holder, or parked in this server
+        if restore is None:
             self.finish(json.dumps({"state": "none", "kernels_in_holder": False}))
             return
         self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(km.restore.status()))
+        self.finish(json.dumps(restore.status()))
 
 
 class KeepHandler(BoundedAPIHandler):

@@ -4,7 +4,8 @@ The park supervisor (`parkhost`, in the holder) and the restore (`restore`, in t
 server) both send one `execute_request` over the gateway's websocket channels
 (`/api/kernels/<id>/channels`, the session token in the header) and read back the one
 `display_data` whose data holds the park package's MIME type (its report). Nothing else of the
-kernel's output is kept.
+kernel's output is kept. Kernels of the notebook server itself (`localkernels`: no gateway)
+are reached through their own kernel client instead (`run_local_for_report`), the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -20,6 +22,8 @@ from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
 Obj = dict[str, Any]
+# Runs code in one kernel for its report: (kernel id, source, mime, timeout) -> report.
+Run = Callable[[str, str, str, float], Awaitable[Obj]]
 
 
 class KernelRunError(Exception):
@@ -64,9 +68,7 @@ async def run_for_report(
     except (OSError, TimeoutError) as e:
         raise KernelRunError(f"could not reach the kernel: {e}") from None
     msg = _request(code)
-    msg_id = msg["header"]["msg_id"]
-    report: Obj | None = None
-    error: str | None = None
+    reader = _Reader(msg["header"]["msg_id"], mime)
     try:
         await conn.write_message(json.dumps(msg))
         while True:
@@ -79,20 +81,58 @@ async def run_for_report(
                 raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)") from None
             if raw is None:
                 raise KernelRunError("the kernel's channels closed")
-            m = json.loads(raw)
-            if (m.get("parent_header") or {}).get("msg_id") != msg_id:
-                continue
-            kind = (m.get("header") or {}).get("msg_type")
-            content = m.get("content") or {}
-            if kind in ("display_data", "execute_result") and mime in (content.get("data") or {}):
-                data = content["data"][mime]
-                report = json.loads(data) if isinstance(data, str) else data
-            elif kind == "error":
-                error = f"{content.get('ename')}: {content.get('evalue')}"
-            elif kind == "status" and content.get("execution_state") == "idle":
+            if reader.done(json.loads(raw)):
                 break
     finally:
         conn.close()
-    if report is None:
-        raise KernelRunError(error or "the kernel published no report")
-    return dict(report)
+    if reader.report is None:
+        raise KernelRunError(reader.error or "the kernel published no report")
+    return dict(reader.report)
+
+
+class _Reader:
+    """Picks the report out of a kernel's iopub messages for one request."""
+
+    def __init__(self, msg_id: str, mime: str):
+        self.msg_id, self.mime = msg_id, mime
+        self.report: Obj | None = None
+        self.error: str | None = None
+
+    def done(self, m: Obj) -> bool:
+        if (m.get("parent_header") or {}).get("msg_id") != self.msg_id:
+            return False
+        kind = (m.get("header") or {}).get("msg_type")
+        content = m.get("content") or {}
+        if kind in ("display_data", "execute_result") and self.mime in (content.get("data") or {}):
+            data = content["data"][self.mime]
+            self.report = json.loads(data) if isinstance(data, str) else data
+        elif kind == "error":
+            self.error = f"{content.get('ename')}: {content.get('evalue')}"
+        return kind == "status" and content.get("execution_state") == "idle"
+
+
+async def run_local_for_report(client: Any, code: str, mime: str, timeout: float) -> Obj:
+    """`run_for_report` for a kernel of this server: `client` is its jupyter_client
+    AsyncKernelClient (channels started here, stopped after)."""
+    deadline = time.monotonic() + max(timeout, 0.1)
+    client.start_channels()
+    try:
+        msg_id = client.execute(code, silent=False, store_history=False, allow_stdin=False)
+        reader = _Reader(msg_id, mime)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)")
+            try:
+                m = await client.get_iopub_msg(timeout=left)
+            except Exception:  # queue.Empty: nothing within the time left
+                if time.monotonic() >= deadline:
+                    raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)") from None
+                continue
+            if reader.done(m):
+                break
+    finally:
+        client.stop_channels()
+    if reader.report is None:
+        raise KernelRunError(reader.error or "the kernel published no report")
+    return dict(reader.report)

@@ -38,8 +38,10 @@ from jupyter_server.gateway.managers import (
 from tornado import web
 from tornado.escape import json_decode
 
+from gpusessions.notebook import localkernels
 from gpusessions.notebook.parkrecord import state_dir as _state_dir
 from gpusessions.notebook.restore import Restore
+from gpusessions.notebook.sessionrestore import RestoreFirst
 
 ENABLE_ENV = "GPUSESSIONS_PERSIST_KERNELS"
 WAIT_ENV = "GPUSESSIONS_GATEWAY_WAIT"
@@ -276,30 +278,15 @@ class PersistentGatewayKernelManager(GatewayMappingKernelManager):
         )
 
 
-class PersistentGatewaySessionManager(GatewaySessionManager):
-    async def row_to_model(self, row: Any, tolerate_culled: bool = False) -> Any:
-        """A session row read before a restore moved it to its new kernel is read again (the
-        kernels are adopted, and a park restored, before any row is judged)."""
-        km = self.kernel_manager
-        if isinstance(km, PersistentGatewayKernelManager):
-            await km.adopt()
-            if row["kernel_id"] in km.restore.remapped:
-                again = self.cursor.execute(
-                    "SELECT * FROM session WHERE session_id=?", (row["session_id"],)
-                ).fetchone()
-                row = again if again is not None else row
-        return await super().row_to_model(row, tolerate_culled=tolerate_culled)
-
-    async def kernel_culled(self, kernel_id: str) -> bool:
-        km = self.kernel_manager
-        if isinstance(km, PersistentGatewayKernelManager):
-            await km.adopt()
-        return bool(await super().kernel_culled(kernel_id))
+class PersistentGatewaySessionManager(RestoreFirst, GatewaySessionManager):
+    """Sessions answered after the adoption and the restore (`sessionrestore.RestoreFirst`)."""
 
 
 def link(serverapp: Any) -> None:
-    """Point the server at the persistent managers and a session file in the home directory."""
+    """Point the server at the persistent managers and a session file in the home directory
+    (kernels in the notebook server itself, parked when it stops: `localkernels.link`)."""
     if not enabled():
+        localkernels.link(serverapp)
         return
     d = state_dir()
     d.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -115,6 +116,7 @@ def unrestored(record: Obj | None) -> list[Obj]:
         if isinstance(k, dict)
         and k.get("status") in ("parked", "incomplete")
         and not (k.get("restore") or {}).get("ok")
+        and not (k.get("restore") or {}).get("kept")
         and KERNEL_ID.match(str(k.get("id", "")))
     ]
 
@@ -158,3 +160,63 @@ def remap(db: Path, old: str, new: str) -> int:
         return 0
     finally:
         con.close()
+
+
+def gib(n: float) -> str:
+    """Bytes as the user reads them (the park package's own words: "12.3 GiB", "40.0 MiB")."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**29 else f"{n / 2**20:.1f} MiB"
+
+
+def _tree_bytes(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, f)).st_size
+    return total
+
+
+def held_bytes(server: str, home: str | None = None) -> int:
+    """Bytes this user's parks hold besides the one `server` is about to write: every other
+    server's park waiting for its start, and every park set aside unrestored (this server's
+    too). A park restored in full (`<server>.restored-*`, the last one kept as a copy) does not
+    count: its state is back in a kernel."""
+    root = parked_root(home)
+    if not root.is_dir():
+        return 0
+    total = 0
+    for entry in root.iterdir():
+        if not entry.is_dir() or entry.is_symlink() or ".restored-" in entry.name:
+            continue
+        if entry.name == server:
+            continue
+        total += _tree_bytes(entry)
+    return total
+
+
+def limit_message(state_bytes: int, limit: int, held: int) -> str:
+    """Why a park was refused by the user's parking limit (`park_max_bytes`), in words;
+    `held`: what the user's other parks hold."""
+    if held <= 0:
+        return f"the session's state is {gib(state_bytes)}, over your parking limit ({gib(limit)})"
+    left = max(limit - held, 0)
+    return (
+        f"the session's state is {gib(state_bytes)}, over what is left of your parking limit "
+        f"({gib(left)} of {gib(limit)}: your other parked sessions hold {gib(held)})"
+    )
+
+
+def over_limit(report: Obj) -> bool:
+    """The park package refused the park for its size (`saver.park`'s "over your limit")."""
+    return not report.get("ok") and "over your limit" in str(report.get("error") or "")
+
+
+def drop_kernel_park(folder: Path, kernel_id: str) -> None:
+    """A kernel's saved files, removed (its park was refused after the fact: over the limit)."""
+    if KERNEL_ID.match(kernel_id):
+        shutil.rmtree(folder / kernel_id, ignore_errors=True)
+
+
+def finish_record(folder: Path, record: Obj) -> None:
+    """The park's final record (the one place a finished park is written: `parking`)."""
+    write_record(folder, record)

@@ -9,10 +9,12 @@ package's `restore_source` in it before anything else, and points the notebook p
 the old kernel at the new one in the sessions file, so JupyterLab re-attaches open notebooks
 to their restored kernels.
 
-The outcome goes into the record (per kernel: ok, the new id, seconds, the report). A park
-restored in full is moved to `<server>.restored-<time>` (the last one kept, older ones
-deleted); a kernel that did not restore leaves the park where it is, and says so (its new
-kernel is shut down: the notebook gets a fresh one, the saved files stay). The status is
+The outcome goes into the record (per kernel: ok, kept, the new id, seconds, the report). A
+damaged park's kernel keeps what came back (`kept`), the damage named in what was not kept. A
+park restored (in full, or all it could) is moved to `<server>.restored-<time>` (the last one
+kept, older ones deleted); a kernel whose restore brought nothing back leaves the park where it
+is, and says so (its new kernel is shut down: the notebook gets a fresh one, the saved files
+stay). The status is
 `status()`, served at `<base>/gpusessions/restore` for the lab panel.
 """
 
@@ -29,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpusessions.notebook import parkrecord as R
-from gpusessions.notebook.kernelexec import KernelRunError, run_for_report
+from gpusessions.notebook.kernelexec import KernelRunError, Run, run_for_report
 
 Obj = dict[str, Any]
 TIMEOUT_ENV = "GPUSESSIONS_RESTORE_TIMEOUT"
@@ -78,6 +80,35 @@ def _not_kept(k: Obj) -> list[str]:
     return out
 
 
+def _kept(k: Obj) -> bool:
+    """The kernel's restore is done: in full, or what a damaged park still held."""
+    restore = k.get("restore") or {}
+    return bool(restore.get("ok") or restore.get("kept"))
+
+
+UNPARKED = ("failed", "timeout", "parking")  # a park that did not finish: its variables are lost
+
+
+def untold(record: Obj | None) -> list[Obj]:
+    """The record's kernels whose park failed and whose user was not told yet."""
+    return [
+        k
+        for k in (record or {}).get("kernels") or []
+        if isinstance(k, dict) and k.get("status") in UNPARKED and not k.get("told_at")
+    ]
+
+
+def why_unparked(k: Obj, budget: object = None) -> str:
+    """Why a kernel's park did not finish, in words."""
+    status = k.get("status")
+    if status == "timeout":
+        limit = f"{budget:g} s " if isinstance(budget, (int, float)) else ""
+        return f"its park did not finish within its {limit}budget"
+    if status == "parking":
+        return "its park was cut off before it finished"
+    return str(k.get("error") or "its park failed")
+
+
 def summary(record: Obj | None, state: str, now: float | None = None) -> Obj:
     """The restore status the lab panel shows, from a record (`now`: for the date in words)."""
     if not record:
@@ -93,20 +124,25 @@ def summary(record: Obj | None, state: str, now: float | None = None) -> Obj:
         variables += len(restored)
         not_kept = _not_kept(k)
         lost += not_kept
+        unparked = k.get("status") in UNPARKED
+        if unparked:
+            lost.append(f"{k.get('name') or 'kernel'}: {why_unparked(k, record.get('budget_seconds'))}")
         kernels.append(
             {
                 "id": k.get("id"),
                 "name": k.get("name"),
                 "paths": k.get("paths") or [],
                 "parked": k.get("status"),
-                "restored": bool(restore.get("ok")),
+                "restored": bool(restore.get("ok") or restore.get("kept")),
                 "kernel": restore.get("kernel"),
                 "variables": restored,
                 "not_kept": not_kept,
                 "seconds": restore.get("seconds"),
                 "error": restore.get("error") or k.get("error"),
+                "lost": why_unparked(k, record.get("budget_seconds")) if unparked else None,
             }
         )
+    gone = [k for k in kernels if k["lost"]]
     at = float(record.get("parked_at") or 0)
     when = _when(at, now) if at else "?"
     if state == "expired":
@@ -124,6 +160,12 @@ def summary(record: Obj | None, state: str, now: float | None = None) -> Obj:
         message = f"Restoring your session from {when} ..."
     elif state == "pending":
         message = f"Your session from {when} is parked; it is restored at the first kernel request."
+    elif gone and len(gone) == len(kernels):
+        reasons = "; ".join(f"{k['name'] or 'kernel'}: {k['lost']}" for k in gone)
+        message = (
+            f"Your session from {when} could not be parked ({reasons}): its variables were lost; "
+            f"new kernels start empty."
+        )
     else:
         failed = [k for k in kernels if not k["restored"]]
         message = (
@@ -154,14 +196,23 @@ class Restore:
         present: set[str],
         start: Callable[[str], Awaitable[str]],
         shutdown: Callable[[str], Awaitable[None]],
+        run: Run | None = None,
     ) -> None:
         """Restore what is pending: `start(kernelspec)` gives a new kernel's id, `shutdown(id)`
-        ends one whose restore failed."""
+        ends one whose restore failed; `run(kernel id, source, mime, timeout)` runs the restore
+        in it (default: over the gateway's websocket channels, `JUPYTER_GATEWAY_URL`). Kernels
+        whose park failed (over the limit or the budget) are told once, here."""
         record = R.read_record(self.folder)
         todo = self.pending(present)
-        if not todo or record is None:
+        if record is None or (not todo and not untold(record)):
             return
         if self._expired(record):
+            return
+        if not todo:  # nothing came back: the loss is what there is to tell
+            self._tell_lost(record)
+            R.write_record(self.folder, record)
+            self.state = summary(record, "failed")
+            self.log.warning("gpusessions: %s", self.state["message"])
             return
         self.state = summary(record, "restoring")
         try:
@@ -176,6 +227,11 @@ class Restore:
         url = self.env.get("JUPYTER_GATEWAY_URL", "")
         token = self.env.get("JUPYTER_GATEWAY_AUTH_TOKEN", "")
 
+        async def over_gateway(kid: str, source: str, mime: str, timeout: float) -> Obj:
+            return await run_for_report(url, token, kid, source, mime, timeout)
+
+        runner = run or over_gateway
+
         async def one(k: Obj) -> None:
             k_rec = self._kernel(record, k["id"])
             t0 = time.monotonic()
@@ -185,13 +241,16 @@ class Restore:
                 kid = await start(str(k.get("name") or "python3"))
                 out["kernel"] = kid
                 source = code.restore_source(str(self.folder / k["id"]))
-                report = await run_for_report(url, token, kid, source, code.MIME, deadline - time.monotonic())
+                report = await runner(kid, source, code.MIME, deadline - time.monotonic())
                 out["report"] = report
                 out["ok"] = bool(report.get("ok"))
+                # A damaged park restored what it could: that kernel is the user's, with the
+                # damage named (not_restored); only a restore that brought nothing back is undone.
+                out["kept"] = out["ok"] or bool(report.get("restored"))
             except (KernelRunError, Exception) as e:
                 out["error"] = f"{type(e).__name__}: {e}" if not isinstance(e, KernelRunError) else str(e)
             out["seconds"] = round(time.monotonic() - t0, 3)
-            if out["ok"] and kid:
+            if out.get("kept") and kid:
                 moved = R.remap(self.db, k["id"], kid)
                 out["sessions"] = moved
                 self.remapped[k["id"]] = kid
@@ -227,10 +286,20 @@ class Restore:
     def _kernel(record: Obj, kid: str) -> Obj:
         return next(k for k in record["kernels"] if isinstance(k, dict) and k.get("id") == kid)
 
+    def _tell_lost(self, record: Obj) -> None:
+        """Kernels whose park failed: told (once), and what they left on disk removed (nothing
+        restores it: their fallback is a plain cull)."""
+        for k in untold(record):
+            k["told_at"] = time.time()
+            R.drop_kernel_park(self.folder, str(k.get("id", "")))
+            for tmp in self.folder.glob(f".{k.get('id')}.parking-*"):
+                shutil.rmtree(tmp, ignore_errors=True)
+
     def _finish(self, record: Obj) -> None:
+        self._tell_lost(record)
         parked = [k for k in record.get("kernels") or [] if isinstance(k, dict)]
-        done = all((k.get("restore") or {}).get("ok") for k in parked if k.get("status") != "failed")
-        state = "restored" if done and any((k.get("restore") or {}).get("ok") for k in parked) else "failed"
+        done = all(_kept(k) for k in parked if k.get("status") not in UNPARKED)
+        state = "restored" if done and any(_kept(k) for k in parked) else "failed"
         record["restored_at"] = time.time() if state == "restored" else None
         R.write_record(self.folder, record)
         self.state = summary(record, state)

@@ -108,6 +108,9 @@ class CheckedWriter:
             done += os.write(self.fd, view[done:])
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Appends `data`. Its checksum may still be computed on the helper thread after this
+        returns (`Crc`: up to two chunks behind): a caller that refills one buffer must rotate
+        three (`cudamem.park`), or the checksum is of the refilled bytes."""
         view = memoryview(data).cast("B")
         length = len(view)
         self._crc.add(view)
