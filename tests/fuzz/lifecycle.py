@@ -61,6 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tornado.httpclient import HTTPClientError
+
 ROOT = Path(__file__).resolve().parents[2]
 for p in (ROOT / "spawner", ROOT / "devcluster", ROOT):
     if str(p) not in sys.path:
@@ -335,18 +337,18 @@ class Fuzz:
     # -- parking -----------------------------------------------------------------------
     def _marked_kernel(self, user: str) -> str:
         """The user's default server runs a GPU session (started if not) with a notebook whose
-        kernel holds the user's name and a new mark; "" with the reason when it cannot."""
+        kernel holds the user's name and a new mark: the mark, or why there is none."""
         m = self.server_model(user, "")
         if not m or not m.get("ready") or (m.get("user_options") or {}).get("profile") not in GPU_PROFILES:
             if m and (m.get("ready") or m.get("pending")):
                 self.op_stop(user)
             if not self._start_gpu(user):
-                return ""
+                return "no GPU session"
         mark = self.rng.randrange(10**9)
         try:
             kid = open_notebook(self.h(), user, f"park-{mark}.ipynb")
             execute(self.h().url, user, kid, self.h().token, f"owner = {user!r}\nmark = {mark}\nprint('ok')")
-        except (AssertionError, OSError) as e:  # a kernel host just killed, a gateway restarting
+        except (AssertionError, OSError, HTTPClientError) as e:  # a gateway restarting, say
             return f"no marked kernel: {str(e)[:60]}"
         self.marks.setdefault(user, set()).add(mark)
         return str(mark)
@@ -362,26 +364,28 @@ class Fuzz:
         return True
 
     def _park_record(self, user: str) -> dict[str, Any] | None:
+        """The default server's park waiting for its restore, once its kernels are parked."""
         try:
-            rec = json.loads(
-                (self.homes / self.namespace / user / PARKED / "_default" / "session.json").read_text()
-            )
+            path = self.homes / self.namespace / user / PARKED / "_default" / "session.json"
+            rec = json.loads(path.read_text())
         except (OSError, ValueError):
             return None
-        return rec if all(k.get("status") != "parking" for k in rec.get("kernels") or []) else None
+        kernels = rec.get("kernels") or []
+        return rec if kernels and all(k.get("status") != "parking" for k in kernels) else None
 
     def _parked(self, user: str) -> str:
+        """The park's kernels' states, once the holder wrote them (at most a minute)."""
         try:
             rec = waits.wait_for(lambda: self._park_record(user), 60, f"{user}'s park to finish")
         except waits.WaitTimeout:
             return "no park record"
-        return ",".join(sorted(str(k.get("status")) for k in rec.get("kernels") or [])) or "no kernels"
+        return ",".join(sorted(str(k.get("status")) for k in rec["kernels"]))
 
     def op_park(self, user: str) -> str:
         """Park my session: the release of a running GPU session with a marked kernel."""
         mark = self._marked_kernel(user)
         if not mark.isdigit():
-            return mark or "no GPU session"
+            return mark
         code, _ = self.h().api("POST", f"/gpusessions/users/{user}/release")
         self.settle_server(user, "")
         self.stopped_at[(user, "")] = time.time()
@@ -391,7 +395,7 @@ class Fuzz:
         """The holder is deleted (KAI's reclaim, a drain) and the server stopped while it parks."""
         mark = self._marked_kernel(user)
         if not mark.isdigit():
-            return mark or "no GPU session"
+            return mark
         self.api.delete("Pod", f"gpu-holder-{user}", self.namespace)
         code, _ = self.h().api("DELETE", self.path(user, ""))
         state = self.settle_server(user, "")
@@ -399,40 +403,51 @@ class Fuzz:
         return f"mark {mark}: holder deleted, stop {code} -> {state}, park {self._parked(user)}"
 
     def op_restore(self, user: str) -> str:
-        """The next start restores the parked kernels: each restored kernel is one of this
-        user's own server's kernels and holds this user's name and one of their marks."""
-        if self._park_record(user) is None:
+        """The next start restores the parked kernels (parked first if nothing is): every
+        kernel that parked comes back, each in this user's own server, holding this user's
+        name and one of their marks."""
+        rec = self._park_record(user)
+        if rec is None:
             parked = self.op_park(user)
-            if "park" not in parked:
+            rec = self._park_record(user)
+            if rec is None:
                 return f"nothing parked ({parked})"
         m = self.server_model(user, "")
         if (not m or not m.get("ready")) and not self._start_gpu(user):
             return "no GPU for the start"
-        code, _ = nb(self.h(), "GET", f"/user/{user}/api/sessions")  # the first request restores
+        nb(self.h(), "GET", f"/user/{user}/api/sessions")  # the first request restores (and waits)
         code, status = nb(self.h(), "GET", f"/user/{user}/gpusessions/restore")
         if code != 200 or not isinstance(status, dict):
-            return f"no restore status ({code})"
-        restored = [k for k in status.get("kernels") or [] if k.get("restored")]
-        foreign = self._foreign_restores(user, restored)
-        if foreign:
-            raise Violation("; ".join(foreign))
-        return f"{status.get('state')}: {len(restored)} kernel(s) restored"
+            raise Violation(f"{user}'s restore status: {code} {str(status)[:200]}")
+        wrong = self._restore_violations(user, rec, status)
+        if wrong:
+            raise Violation("; ".join(wrong))
+        back = sum(bool(k.get("restored")) for k in status.get("kernels") or [])
+        return f"{status.get('state')}: {back} kernel(s) back"
 
-    def _foreign_restores(self, user: str, restored: list[dict[str, Any]]) -> list[str]:
-        out: list[str] = []
+    def _restore_violations(self, user: str, rec: dict[str, Any], status: dict[str, Any]) -> list[str]:
+        parked = {k["id"] for k in rec["kernels"] if k.get("status") == "parked"}
+        by_id = {k.get("id"): k for k in status.get("kernels") or []}
+        out = [
+            f"{user}'s parked kernel {kid} was not restored: {status.get('message')}"
+            for kid in sorted(parked)
+            if not (by_id.get(kid) or {}).get("restored")
+        ]
         _, mine = nb(self.h(), "GET", f"/user/{user}/api/kernels")
         own = {k["id"] for k in mine or []}
-        for k in restored:
+        for k in by_id.values():
             kid = k.get("kernel")
+            if not k.get("restored"):
+                continue
             if kid not in own:
                 out.append(f"{user}'s park was restored into kernel {kid}, not one of {user}'s")
                 continue
             try:
                 got = execute(self.h().url, user, kid, self.h().token, "print(owner, mark)").split()
-            except AssertionError as e:
+            except (AssertionError, OSError, HTTPClientError) as e:
                 out.append(f"{user}'s restored kernel {kid} lacks its values: {str(e)[:80]}")
                 continue
-            if got[0] != user or int(got[1]) not in self.marks.get(user, set()):
+            if got[:1] != [user] or got[1:] not in [[str(x)] for x in self.marks.get(user, set())]:
                 out.append(f"{user}'s restored kernel {kid} holds {got}: not {user}'s own park")
         return out
 
