@@ -50,8 +50,11 @@ def login(page: Page, hub: Hub, user: str) -> None:
     page.wait_for_url(re.compile(r"/(hub|user)/"))
 
 
-def one_cell_notebook(source: str) -> dict[str, Any]:
-    """A notebook (nbformat 4) of one code cell, for the python3 kernel."""
-    cell = {"cell_type": "code", "metadata": {}, "source": source, "outputs": [], "execution_count": None}
+def notebook(*sources: str) -> dict[str, Any]:
+    """A notebook (nbformat 4) of one code cell per source, for the python3 kernel."""
+    cells = [
+        {"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
+        for src in sources
+    ]
     spec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    return {"cells": [cell], "metadata": {"kernelspec": spec}, "nbformat": 4, "nbformat_minor": 5}
+    return {"cells": cells, "metadata": {"kernelspec": spec}, "nbformat": 4, "nbformat_minor": 5}

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
-from tests.browser.pagetools import login, one_cell_notebook, shot
+from tests.browser.pagetools import login, notebook, shot
 from tests.integration.hubtools import gpu_hub, spawn, stop
 from tests.integration.kerneltools import execute
 
 from localcluster.hubproc import Hub
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
-NOTEBOOK = one_cell_notebook("print('weights', weights)")
+NOTEBOOK = notebook("print('weights', weights)")
 
 
 @pytest.fixture
