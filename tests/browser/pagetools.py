@@ -1,10 +1,11 @@
-"""Helpers of the browser tests: log in, screenshots as artifacts, pictures for the docs."""
+"""Helpers of the browser tests: log in, screenshots as artifacts, pictures for the docs, a notebook."""
 
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from playwright.sync_api import Page
 
@@ -47,3 +48,13 @@ def login(page: Page, hub: Hub, user: str) -> None:
     page.get_by_label("Password").fill("test-password")
     page.get_by_role("button", name=re.compile("sign in", re.I)).click()
     page.wait_for_url(re.compile(r"/(hub|user)/"))
+
+
+def notebook(*sources: str) -> dict[str, Any]:
+    """A notebook (nbformat 4) of one code cell per source, for the python3 kernel."""
+    cells = [
+        {"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
+        for src in sources
+    ]
+    spec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    return {"cells": cells, "metadata": {"kernelspec": spec}, "nbformat": 4, "nbformat_minor": 5}

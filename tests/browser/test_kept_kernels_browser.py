@@ -10,29 +10,14 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
-from tests.browser.pagetools import login, shot
+from tests.browser.pagetools import login, notebook, shot
 from tests.integration.hubtools import gpu_hub, spawn, stop
 from tests.integration.kerneltools import execute
 
 from localcluster.hubproc import Hub
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
-NOTEBOOK = {
-    "cells": [
-        {
-            "cell_type": "code",
-            "metadata": {},
-            "source": "print('weights', weights)",
-            "outputs": [],
-            "execution_count": None,
-        }
-    ],
-    "metadata": {
-        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    },
-    "nbformat": 4,
-    "nbformat_minor": 5,
-}
+NOTEBOOK = notebook("print('weights', weights)")
 
 
 @pytest.fixture

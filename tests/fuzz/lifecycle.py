@@ -11,7 +11,12 @@ borrowing team (quota 0: whole-GPU sessions wait in vain, MIG slices cost no quo
 jobs run as `train` on idle GPUs). Operations, drawn
 from the seed: start (a random profile, so also profile changes), stop, restart, release,
 delete a named server, delete a user, hub restart, kill a holder's process, kill a
-notebook's process (or the holder's kernel host); notebook jobs: submit (through the hub's
+notebook's process (or the holder's kernel host); parking (kernels in the holder, parking on:
+the defaults): park (a notebook's kernel gets the user's name and a mark, and the user's
+"Park my session" releases the GPU: the holder parks as it goes), park during a stop (the
+holder is deleted, as KAI or a drain does, and the server is stopped while it parks), restore
+(the next start restores the parked kernels; each must hold its own user's name and one of
+that user's marks); notebook jobs: submit (through the hub's
 job endpoint with the user's token: a random size, CPU only included, sometimes 2 workers,
 a run of 1 s to a minute), cancel (delete) one, delete the user mid-job, and preempt (a
 borrowing team's whole-GPU job runs, then an owner's non-preemptible whole-GPU session
@@ -28,7 +33,12 @@ settle (at most `--settle` seconds), it checks:
 5. the hub and the cluster agree: a running server has its notebook pod, a stopped one has none;
 6. no job object (Job, pod, ResourceClaim, ResourceClaimTemplate) outlives its user;
 7. a preempted job is requeued, not failed, up to the requeue limit (1 here) and failed past
-   it, with the hub's words for both; no job fails otherwise (these notebooks do not raise).
+   it, with the hub's words for both; no job fails otherwise (these notebooks do not raise);
+8. no parked state outlives its user: a deleted user's homes hold no parks, a deleted named
+   server's home none of that server (the spawner's `delete_forever` runs a cleanup pod as
+   the user); and (checked by the restore operation) no restore runs in another user's
+   kernel: each restored kernel is in its own user's server and holds that user's name and
+   a mark that user parked (never one of an earlier user of the same name).
 
 Device check 4 covers every claim of the cluster: sessions' and jobs'. At the end every
 user with a job is deleted, and nothing of any job may be left.
@@ -51,13 +61,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tornado.httpclient import HTTPClientError
+
 ROOT = Path(__file__).resolve().parents[2]
 for p in (ROOT / "spawner", ROOT / "devcluster", ROOT):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from tests.integration.hubtools import GPU_HUB_CONFIG, container_pid  # noqa: E402
+from tests.integration.hubtools import GPU_HUB_CONFIG, container_pid, nb, open_notebook  # noqa: E402
 from tests.integration.kaitools import make_queues, queue  # noqa: E402
+from tests.integration.kerneltools import execute  # noqa: E402
 
 from localcluster import waits  # noqa: E402
 from localcluster.hubproc import Hub, free_port, start_hub  # noqa: E402
@@ -139,7 +152,12 @@ OPS = [
     ("cancel_job", 4),
     ("delete_user_mid_job", 2),
     ("preempt", 3),
+    ("park", 6),
+    ("park_during_stop", 3),
+    ("restore", 5),
 ]
+PARK_PROFILE = "mig-1g-10gb"  # the size a park operation starts when the user has no GPU session
+PARKED = ".gpusessions/parked"
 
 
 class Violation(AssertionError):
@@ -160,6 +178,8 @@ class Fuzz:
     stopped_at: dict[tuple[str, str], float] = field(default_factory=dict)
     homes: Path = field(default_factory=lambda: ClusterPaths.default().homes)
     tokens: dict[str, str] = field(default_factory=dict)
+    # The marks each user's parks put in their kernels (forgotten when the user is deleted).
+    marks: dict[str, set[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         suffix = self.namespace.rsplit("-", 1)[-1]
@@ -283,6 +303,7 @@ class Fuzz:
                 self.op_stop(user, server)
         code, _ = self.h().api("DELETE", f"/users/{user}")
         self.tokens.pop(user, None)
+        self.marks.pop(user, None)
         self.stopped_at.pop((user, ""), None)
         self.stopped_at.pop((user, "exp"), None)
         return str(code)
@@ -312,6 +333,141 @@ class Fuzz:
     def op_wait(self, user: str) -> str:
         time.sleep(self.rng.uniform(1, STOPPED_KEEP + 5))
         return "waited"
+
+    # -- parking -----------------------------------------------------------------------
+    def _marked_kernel(self, user: str) -> str:
+        """The user's default server runs a GPU session (started if not) with a notebook whose
+        kernel holds the user's name and a new mark: the mark, or why there is none."""
+        m = self.server_model(user, "")
+        if not m or not m.get("ready") or (m.get("user_options") or {}).get("profile") not in GPU_PROFILES:
+            if m and (m.get("ready") or m.get("pending")):
+                self.op_stop(user)
+            if not self._start_gpu(user):
+                return "no GPU session"
+        mark = self.rng.randrange(10**9)
+        try:
+            kid = open_notebook(self.h(), user, f"park-{mark}.ipynb")
+            execute(self.h().url, user, kid, self.h().token, f"owner = {user!r}\nmark = {mark}\nprint('ok')")
+        except (AssertionError, OSError, HTTPClientError) as e:  # a gateway restarting, say
+            return f"no marked kernel: {str(e)[:60]}"
+        self.marks.setdefault(user, set()).add(mark)
+        return str(mark)
+
+    def _start_gpu(self, user: str) -> bool:
+        """Start the user's default server with PARK_PROFILE; True if it runs."""
+        self.h().api("POST", f"/users/{user}")
+        self.h().api("POST", self.path(user, ""), {"user_options": {"profile": PARK_PROFILE}})
+        if self.settle_server(user, "") != "ready":
+            self.stopped_at[(user, "")] = time.time()
+            return False
+        self.stopped_at.pop((user, ""), None)
+        return True
+
+    def _park_record(self, user: str) -> dict[str, Any] | None:
+        """The default server's park waiting for its restore, once its kernels are parked."""
+        try:
+            path = self.homes / self.namespace / user / PARKED / "_default" / "session.json"
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        kernels = rec.get("kernels") or []
+        return rec if kernels and all(k.get("status") != "parking" for k in kernels) else None
+
+    def _parked(self, user: str) -> str:
+        """The park's kernels' states, once the holder wrote them (at most a minute)."""
+        try:
+            rec = waits.wait_for(lambda: self._park_record(user), 60, f"{user}'s park to finish")
+        except waits.WaitTimeout:
+            return "no park record"
+        return ",".join(sorted(str(k.get("status")) for k in rec["kernels"]))
+
+    def op_park(self, user: str) -> str:
+        """Park my session: the release of a running GPU session with a marked kernel."""
+        mark = self._marked_kernel(user)
+        if not mark.isdigit():
+            return mark
+        code, _ = self.h().api("POST", f"/gpusessions/users/{user}/release")
+        self.settle_server(user, "")
+        self.stopped_at[(user, "")] = time.time()
+        return f"mark {mark}: release {code}, park {self._parked(user)}"
+
+    def op_park_during_stop(self, user: str) -> str:
+        """The holder is deleted (KAI's reclaim, a drain) and the server stopped while it parks."""
+        mark = self._marked_kernel(user)
+        if not mark.isdigit():
+            return mark
+        self.api.delete("Pod", f"gpu-holder-{user}", self.namespace)
+        code, _ = self.h().api("DELETE", self.path(user, ""))
+        state = self.settle_server(user, "")
+        self.stopped_at[(user, "")] = time.time()
+        return f"mark {mark}: holder deleted, stop {code} -> {state}, park {self._parked(user)}"
+
+    def op_restore(self, user: str) -> str:
+        """The next start restores the parked kernels (parked first if nothing is): every
+        kernel that parked comes back, each in this user's own server, holding this user's
+        name and one of their marks."""
+        rec = self._park_record(user)
+        if rec is None:
+            parked = self.op_park(user)
+            rec = self._park_record(user)
+            if rec is None:
+                return f"nothing parked ({parked})"
+        m = self.server_model(user, "")
+        if (not m or not m.get("ready")) and not self._start_gpu(user):
+            return "no GPU for the start"
+        nb(self.h(), "GET", f"/user/{user}/api/sessions")  # the first request restores (and waits)
+        code, status = nb(self.h(), "GET", f"/user/{user}/gpusessions/restore")
+        if code != 200 or not isinstance(status, dict):
+            raise Violation(f"{user}'s restore status: {code} {str(status)[:200]}")
+        wrong = self._restore_violations(user, rec, status)
+        if wrong:
+            raise Violation("; ".join(wrong))
+        back = sum(bool(k.get("restored")) for k in status.get("kernels") or [])
+        return f"{status.get('state')}: {back} kernel(s) back"
+
+    def _restore_violations(self, user: str, rec: dict[str, Any], status: dict[str, Any]) -> list[str]:
+        parked = {k["id"] for k in rec["kernels"] if k.get("status") == "parked"}
+        by_id = {k.get("id"): k for k in status.get("kernels") or []}
+        out = [
+            f"{user}'s parked kernel {kid} was not restored: {status.get('message')}"
+            for kid in sorted(parked)
+            if not (by_id.get(kid) or {}).get("restored")
+        ]
+        _, mine = nb(self.h(), "GET", f"/user/{user}/api/kernels")
+        own = {k["id"] for k in mine or []}
+        for k in by_id.values():
+            kid = k.get("kernel")
+            if not k.get("restored"):
+                continue
+            if kid not in own:
+                out.append(f"{user}'s park was restored into kernel {kid}, not one of {user}'s")
+                continue
+            try:
+                got = execute(self.h().url, user, kid, self.h().token, "print(owner, mark)").split()
+            except (AssertionError, OSError, HTTPClientError) as e:
+                out.append(f"{user}'s restored kernel {kid} lacks its values: {str(e)[:80]}")
+                continue
+            if got[:1] != [user] or got[1:] not in [[str(x)] for x in self.marks.get(user, set())]:
+                out.append(f"{user}'s restored kernel {kid} holds {got}: not {user}'s own park")
+        return out
+
+    def park_violations(self, users: set[str], hub: dict[str, dict[str, Any]]) -> list[str]:
+        """8. no parked state outlives its user (or its named server)."""
+        out: list[str] = []
+        root = self.homes / self.namespace
+        for home in sorted(root.iterdir()) if root.is_dir() else []:
+            user, _, server = home.name.partition("--")
+            parked = home / PARKED
+            if not parked.is_dir():
+                continue
+            if user not in users and any(parked.iterdir()):
+                left = sorted(p.name for p in parked.iterdir())
+                out.append(f"parks of deleted user {user} still in {home}: {left}")
+            elif server and user in users and server not in hub.get(user, {}):
+                left = sorted(p.name for p in parked.iterdir() if p.name.split(".")[0] == server)
+                if left:
+                    out.append(f"parks of deleted server {user}/{server} still in {home}: {left}")
+        return out
 
     # -- notebook jobs -----------------------------------------------------------------
     def jobs_api(self, user: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -456,7 +612,7 @@ class Fuzz:
         # 4. devices, of every claim: sessions' and jobs'
         devs = Counter(d for c in self.api.list("ResourceClaim")["items"] for d in _devices(c))
         out += [f"device {d} allocated {n} times" for d, n in devs.items() if n > 1]
-        return out + self.job_violations(set(hub))
+        return out + self.job_violations(set(hub)) + self.park_violations(set(hub), hub)
 
     def job_objects(self) -> dict[str, list[dict[str, Any]]]:
         ns = self.namespace
