@@ -22,7 +22,6 @@ from typing import Any
 
 from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import maybe_future
-from kubespawner import KubeSpawner
 from traitlets import TraitError, default
 
 from gpusessions.core import claims as C
@@ -37,6 +36,7 @@ from gpusessions.core.queues import QueuePolicy
 from gpusessions.core.requests import GPU_SETTINGS, InvalidSettings, request_from
 from gpusessions.hub import health, kernelsettings, lifecycle, notices, parkcleanup
 from gpusessions.hub.admission import Admission
+from gpusessions.hub.notebookpark import NotebookParking
 from gpusessions.hub.picker import figures_for, render_form
 from gpusessions.hub.reconcile import Reconcile
 from gpusessions.hub.session import Allocation, GPUSession, Refused, SessionNames
@@ -67,7 +67,7 @@ class InvalidUserOptions(SpawnRefused, ValueError):
         SpawnRefused.__init__(self, message, reason="invalid-options")  # type: ignore[call-arg]
 
 
-class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
+class GPUSessionSpawner(GPUSessionSettings, NotebookParking):
     """KubeSpawner whose GPU profiles keep their GPU across notebook restarts.
 
     Its settings (`c.GPUSessionSpawner.<name>`, or a profile's `kubespawner_override`) are
@@ -496,33 +496,6 @@ class GPUSessionSpawner(GPUSessionSettings, KubeSpawner):
             return await super()._make_create_pod_request(pod, request_timeout)
         finally:
             self._creating_pod = False
-
-    def _parking(self) -> NP.Parking:
-        return NP.Parking(
-            on=bool(self.park_kernels),
-            timeout=int(self.park_timeout),
-            max_bytes=int(self.park_max_bytes),
-            expiry_days=float(self.park_expiry_days),
-        )
-
-    def _notebook_parks(self) -> bool:
-        """The notebook pod's own kernels park when it goes (a GPU session whose kernels are
-        not in the holder, with `park_kernels`)."""
-        return bool(
-            self.park_kernels and self._gpu_state.get("claim") and self._gpu_state.get("kernels") != "1"
-        )
-
-    async def _make_delete_pod_request(
-        self, pod_name: str, delete_options: Any, grace_seconds: int, request_timeout: float
-    ) -> Any:
-        """KubeSpawner deletes the notebook pod with `delete_grace_period` (1 s): a pod whose
-        kernels park gets its park budget instead (a forced stop, `now`, still gets 0)."""
-        if grace_seconds != 0 and not self._creating_pod and self._notebook_parks():
-            grace_seconds = max(int(grace_seconds or 0), K.park_grace(int(self.park_timeout)))
-            delete_options.grace_period_seconds = grace_seconds
-        return await super()._make_delete_pod_request(
-            pod_name, delete_options, grace_seconds, request_timeout
-        )
 
     async def stop(self, now: bool = False) -> None:
         if self._creating_pod:
