@@ -251,7 +251,8 @@ def held_bytes(server: str, home: str | None = None) -> int:
     """Bytes this user's parks hold besides the one `server` is about to write: every other
     server's park waiting for its start, and every park set aside unrestored (this server's
     too). A park restored in full (`<server>.restored-*`, the last one kept as a copy) does not
-    count: its state is back in a kernel."""
+    count: its state is back in a kernel. Only the kernels' saved state counts, not a park's
+    record (a folder set aside with a record and no kernel state holds nothing of the user's)."""
     root = parked_root(home)
     if not root.is_dir():
         return 0
@@ -261,7 +262,7 @@ def held_bytes(server: str, home: str | None = None) -> int:
             continue
         if entry.name == server:
             continue
-        total += _tree_bytes(entry)
+        total += kernel_bytes(entry, [k.name for k in entry.iterdir() if k.is_dir() and not k.is_symlink()])
     return total
 
 
