@@ -1179,23 +1179,18 @@ def main() -> int:
     )
     policies = [p for p in args.policies.split(",") if p]
     variants: dict[str, Limits] = {p: limits for p in policies}
-    for spec in args.variant or []:
-        try:
-            name, over = parse_variant(spec, limits)
-        except ValueError as e:
-            print(f"bench_idle: --variant {spec!r}: {e}", file=sys.stderr)
-            return 2
-        policies.append(f"gpusessions:{name}")
-        variants[policies[-1]] = over
-
-    for spec in args.park_variant or []:
-        try:
-            name, over = parse_variant(spec, limits)
-        except ValueError as e:
-            print(f"bench_idle: --park-variant {spec!r}: {e}", file=sys.stderr)
-            return 2
-        policies.append(f"park:{name}")
-        variants[policies[-1]] = over
+    for flag, policy, specs in (
+        ("--variant", "gpusessions", args.variant),
+        ("--park-variant", "park", args.park_variant),
+    ):
+        for spec in specs or []:
+            try:
+                name, over = parse_variant(spec, limits)
+            except ValueError as e:
+                print(f"bench_idle: {flag} {spec!r}: {e}", file=sys.stderr)
+                return 2
+            policies.append(f"{policy}:{name}")
+            variants[policies[-1]] = over
 
     if args.jobs_as_notebook_jobs:
         policies.append("gpusessions:jobs")
