@@ -168,6 +168,9 @@ class Runtime:
         self.pods: dict[str, PodRun] = {}
         # Pods that cannot start yet (claims not reserved): uid -> (retry time, latest pod).
         self.pending: dict[str, tuple[float, Obj]] = {}
+        # Pods whose last delete (grace 0) the apiserver did not take (a restart, a 5xx): tried
+        # again every tick, as a kubelet retries, or they would stay Terminating for good.
+        self.undeleted: dict[str, tuple[str, str]] = {}
         self.ips = IPAllocator.for_port_base(_port_of(api))
         self.stopping = threading.Event()
         try:
@@ -348,6 +351,7 @@ class Runtime:
     def _forget(self, uid: str) -> None:
         run = self.pods.pop(uid, None)
         self.pending.pop(uid, None)
+        self.undeleted.pop(uid, None)
         if run:
             self._close_fakes(run)
             for c in run.containers.values():
@@ -372,7 +376,8 @@ class Runtime:
             # Never started here (or finished): nothing to stop.
             if _job_pod(pod) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                 self._terminal(md["namespace"], md["name"], {"phase": "Failed"})
-            self._finish_delete(md["namespace"], md["name"], md["uid"])
+            if not self._finish_delete(md["namespace"], md["name"], md["uid"]):
+                self.undeleted[md["uid"]] = (md["namespace"], md["name"])
             return
         if run.deleting:
             return
@@ -386,9 +391,19 @@ class Runtime:
                 _signal_group(c.proc, signal.SIGTERM)
         self._event(pod, "Killing", f"Stopping containers (grace period {grace}s)")
 
-    def _finish_delete(self, namespace: str, name: str, uid: str) -> None:
-        with contextlib.suppress(ApiError):
+    def _finish_delete(self, namespace: str, name: str, uid: str) -> bool:
+        """The pod's final delete; False when the apiserver did not take it (try again)."""
+        try:
             self.api.delete("Pod", name, namespace, grace_period=0, uid=uid)
+        except ApiError as e:
+            if e.status == 409:  # the uid precondition: this pod is gone, a new one has the name
+                return True
+            log.warning("pod %s/%s: its final delete failed (%s); trying again", namespace, name, e)
+            return False
+        except Exception as e:  # the apiserver unreachable (a restart)
+            log.warning("pod %s/%s: its final delete failed (%s); trying again", namespace, name, e)
+            return False
+        return True
 
     # -- starting --------------------------------------------------------------
     def _lookup(self, kind: str, namespace: str, name: str) -> dict[str, str] | None:
@@ -650,6 +665,9 @@ class Runtime:
 
     def _tick(self) -> None:
         now = time.monotonic()
+        for uid, (namespace, name) in list(self.undeleted.items()):
+            if self._finish_delete(namespace, name, uid):
+                self.undeleted.pop(uid, None)
         for uid, (when, pod) in list(self.pending.items()):
             if now >= when and uid not in self.pods:
                 fresh = self._fresh(pod)
@@ -692,7 +710,8 @@ class Runtime:
                         # e.g. the scheduler's DisruptionTarget, kept), which the Job controller waits
                         # for before it counts the pod under a podFailurePolicy.
                         self._terminal(run.namespace, run.name, self._status(run))
-                    self._finish_delete(run.namespace, run.name, run.uid)
+                    if not self._finish_delete(run.namespace, run.name, run.uid):
+                        continue  # the next tick tries again
                     self.ips.release(run.ip)
                     self._drop_logs(run)
                     self.pods.pop(run.uid, None)
