@@ -191,3 +191,40 @@ def test_a_park_over_budget_is_recorded_as_timed_out_with_what_was_lost(
     [k] = record["kernels"]
     assert k["status"] == "timeout" and "no report within" in k["error"]
     assert R.unrestored(record) == []  # nothing half-saved is restored
+
+
+def test_a_park_request_the_kernel_aborted_is_sent_again() -> None:
+    """ipykernel aborts a request that arrives while an interrupted cell's error is handled
+    (stop_on_error): idle with neither a report nor an error. The park sends it again."""
+    from gpusessions.notebook.kernelexec import run_for_report
+
+    got: list[str] = []
+
+    class Kernel(websocket.WebSocketHandler):
+        def on_message(self, message: str | bytes) -> None:
+            msg = json.loads(message)
+            got.append(msg["content"]["code"])
+            parent = {"msg_id": msg["header"]["msg_id"]}
+
+            def send(kind: str, content: dict[str, object]) -> None:
+                self.write_message(
+                    json.dumps({"parent_header": parent, "header": {"msg_type": kind}, "content": content})
+                )
+
+            send("status", {"execution_state": "busy"})
+            if len(got) > 1:  # the first one is aborted: no output at all
+                send("display_data", {"data": {"application/x-park": {"ok": True}}})
+            send("status", {"execution_state": "idle"})
+
+    async def run() -> dict[str, object]:
+        app = web.Application([(r"/api/kernels/k1/channels", Kernel)])
+        server = app.listen(0, "127.0.0.1")
+        port = next(iter(server._sockets.values())).getsockname()[1]
+        try:
+            base = f"http://127.0.0.1:{port}"
+            return await run_for_report(base, "t", "k1", "park()", "application/x-park", 5)
+        finally:
+            server.stop()
+
+    assert asyncio.run(run()) == {"ok": True}
+    assert got == ["park()", "park()"]

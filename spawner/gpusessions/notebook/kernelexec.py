@@ -67,27 +67,33 @@ async def run_for_report(
         conn = await asyncio.wait_for(websocket_connect(req), max(deadline - time.monotonic(), 0.1))
     except (OSError, TimeoutError) as e:
         raise KernelRunError(f"could not reach the kernel: {e}") from None
-    msg = _request(code)
-    reader = _Reader(msg["header"]["msg_id"], mime)
     try:
-        await conn.write_message(json.dumps(msg))
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)")
-            try:
-                raw = await asyncio.wait_for(conn.read_message(), left)
-            except TimeoutError:
-                raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)") from None
-            if raw is None:
-                raise KernelRunError("the kernel's channels closed")
-            if reader.done(json.loads(raw)):
+        for _ in range(ATTEMPTS):
+            msg = _request(code)
+            reader = _Reader(msg["header"]["msg_id"], mime)
+            await conn.write_message(json.dumps(msg))
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)")
+                try:
+                    raw = await asyncio.wait_for(conn.read_message(), left)
+                except TimeoutError:
+                    raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)") from None
+                if raw is None:
+                    raise KernelRunError("the kernel's channels closed")
+                if reader.done(json.loads(raw)):
+                    break
+            if not reader.aborted:
                 break
     finally:
         conn.close()
-    if reader.report is None:
-        raise KernelRunError(reader.error or "the kernel published no report")
-    return dict(reader.report)
+    return reader.result()
+
+
+# A request the kernel aborted (it came while an interrupted cell's error was being handled:
+# ipykernel's stop_on_error drops what is queued then) never ran: it is sent again.
+ATTEMPTS = 3
 
 
 class _Reader:
@@ -97,6 +103,16 @@ class _Reader:
         self.msg_id, self.mime = msg_id, mime
         self.report: Obj | None = None
         self.error: str | None = None
+
+    @property
+    def aborted(self) -> bool:
+        """The request ended with neither a report nor an error: it did not run."""
+        return self.report is None and self.error is None
+
+    def result(self) -> Obj:
+        if self.report is None:
+            raise KernelRunError(self.error or "the kernel published no report")
+        return dict(self.report)
 
     def done(self, m: Obj) -> bool:
         if (m.get("parent_header") or {}).get("msg_id") != self.msg_id:
@@ -117,22 +133,23 @@ async def run_local_for_report(client: Any, code: str, mime: str, timeout: float
     deadline = time.monotonic() + max(timeout, 0.1)
     client.start_channels()
     try:
-        msg_id = client.execute(code, silent=False, store_history=False, allow_stdin=False)
-        reader = _Reader(msg_id, mime)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)")
-            try:
-                m = await client.get_iopub_msg(timeout=left)
-            except Exception:  # queue.Empty: nothing within the time left
-                if time.monotonic() >= deadline:
-                    raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)") from None
-                continue
-            if reader.done(m):
+        for _ in range(ATTEMPTS):
+            msg_id = client.execute(code, silent=False, store_history=False, allow_stdin=False)
+            reader = _Reader(msg_id, mime)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)")
+                try:
+                    m = await client.get_iopub_msg(timeout=left)
+                except Exception:  # queue.Empty: nothing within the time left
+                    if time.monotonic() >= deadline:
+                        raise KernelRunError(f"no report within {timeout:.1f} s (the park budget)") from None
+                    continue
+                if reader.done(m):
+                    break
+            if not reader.aborted:
                 break
     finally:
         client.stop_channels()
-    if reader.report is None:
-        raise KernelRunError(reader.error or "the kernel published no report")
-    return dict(reader.report)
+    return reader.result()
