@@ -400,14 +400,14 @@ TIGHT = (
     '\nEXTRA.append(mig_profile("1g.10gb", "tight", park_timeout=5, park_max_bytes=50 << 20)'
     ' | {"slug": "tight", "display_name": "MIG 1g.10gb, a 5 s park of at most 50 MiB"})\n'
 )
-# A cell that holds its kernel past the park's budget (an interrupt does not end it).
+# A cell that holds its kernel past the park's budget (an interrupt does not end it: SIGINT is
+# ignored from its first line; the file it writes then says it holds, see `hold`).
 HOLD = """
-import time
+import signal, pathlib, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+pathlib.Path.home().joinpath(".holding").write_text("holding")
 while True:
-    try:
-        time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+    time.sleep(3600)
 """
 
 
@@ -469,6 +469,10 @@ def test_kernels_in_the_notebook_pod_park_when_it_stops_and_come_back_what_could
         big = "import numpy as np\nbig = np.zeros(100 * 2**20 // 8)\nprint('ok')"  # 100 MiB
         assert execute(hub.url, "fay", f1, hub.token, big).strip() == "ok"
         submit(hub, "fay", f2, HOLD)
+        # The stop's interrupt must find the cell holding, not about to start (an interrupt then
+        # ends it, and the kernel would park).
+        holding = home_of(cluster.paths.root, namespace, "fay") / ".holding"
+        waits.wait_for(holding.exists, 60, "fay's cell to hold its kernel")
 
         # The hub stops both servers: each notebook server parks its kernels first.
         for user in ("gus", "fay"):
